@@ -1,0 +1,346 @@
+"""Line codec and hash chain (pure: bytes in, events out, no I/O).
+
+A line is one JSON object, UTF-8, ending in ``\\n``, whose last field is a fixed-width hash::
+
+    {"type":"message","seq":3,...,"h":"<32 lowercase hex>"}\\n
+
+``h = blake2b-128(prev_h || body)`` where ``prev_h`` is the previous line's ``h`` as its 32 ASCII
+hex characters (32 ``"0"`` for the header) and ``body`` is this line's bytes before ``,"h":"``.
+With a secret key the blake2b is keyed, so only key holders can forge a valid chain. Because the
+hash field has a fixed width at a fixed place, a reader checks a line without re-encoding it.
+
+Decoding is incremental: :class:`LineDecoder` is fed bytes and returns checked records; at the
+end an incomplete or unreadable last line is a :class:`TornTail` result, never an exception. A
+bad line followed by more lines is a :class:`BadLine`: the reader stops there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from hashlib import blake2b
+from typing import Any, Final
+
+import msgspec
+
+from ._events import (
+    FORMAT_NAME,
+    Event,
+    Header,
+    KnownEvent,
+    UnknownEvent,
+)
+
+ZERO_HASH: Final = "0" * 32
+_HASH_OPEN: Final = b',"h":"'
+_HASH_CLOSE: Final = b'"}'
+#: Bytes after the body: ``,"h":"`` + 32 hex + ``"}`` (the newline not included).
+SUFFIX_LEN: Final = len(_HASH_OPEN) + 32 + len(_HASH_CLOSE)
+
+_encoder = msgspec.json.Encoder()
+_event_decoder: msgspec.json.Decoder[KnownEvent] = msgspec.json.Decoder(KnownEvent)
+_header_decoder = msgspec.json.Decoder(Header)
+_raw_decoder = msgspec.json.Decoder(dict[str, Any])
+_unknown_decoder = msgspec.json.Decoder(UnknownEvent)
+
+
+def normalize_key(hash_key: bytes | str | None) -> bytes:
+    """Return the blake2b key bytes for a secret given as bytes or text (empty: unkeyed)."""
+    if hash_key is None:
+        return b""
+    if isinstance(hash_key, str):
+        hash_key = hash_key.encode()
+    if len(hash_key) > 64:
+        # blake2b keys are at most 64 bytes; longer secrets are condensed first.
+        hash_key = blake2b(hash_key, digest_size=64).digest()
+    return hash_key
+
+
+def chain_hash(prev_h: str, body: bytes, key: bytes = b"") -> str:
+    """Return the chained hash of ``body`` after ``prev_h`` (keyed when ``key`` is non-empty)."""
+    hasher = blake2b(prev_h.encode("ascii"), digest_size=16, key=key)
+    hasher.update(body)
+    return hasher.hexdigest()
+
+
+def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tuple[bytes, str]:
+    """Encode ``event`` as one line chained after ``prev_h``; return the line and its hash.
+
+    Raises:
+        msgspec.EncodeError: a value in the event is not JSON-serialisable.
+    """
+    if event.h:
+        event = msgspec.structs.replace(event, h="")
+    encoded = _encoder.encode(event)
+    body = encoded[:-1]  # drop the closing brace; the hash field closes the object
+    h = chain_hash(prev_h, body, key)
+    return b"".join((body, _HASH_OPEN, h.encode("ascii"), _HASH_CLOSE, b"\n")), h
+
+
+def split_hash(line: bytes) -> tuple[bytes, str] | None:
+    """Split a line (without its newline) into body and hash, or None if it has no hash field."""
+    if len(line) < SUFFIX_LEN + 2 or line[-SUFFIX_LEN : -SUFFIX_LEN + len(_HASH_OPEN)] != _HASH_OPEN:
+        return None
+    if line[-2:] != _HASH_CLOSE:
+        return None
+    h = line[-34:-2]
+    try:
+        text = h.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if len(text) != 32 or text.strip("0123456789abcdef"):
+        return None
+    return line[:-SUFFIX_LEN], text
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong at one line of a log: ``line`` is 1-based, ``offset`` its first byte."""
+
+    line: int
+    offset: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """An incomplete or unreadable last line, starting at byte ``offset`` (line ``line``)."""
+
+    line: int
+    offset: int
+    data: bytes
+    reason: str
+
+
+@dataclass(slots=True)
+class Decoded:
+    """What a complete buffer decoded to: the valid prefix and what stopped it, if anything."""
+
+    header: Header | None
+    events: list[Event]
+    #: Bytes of the valid prefix (header and events), the offset where the next line goes.
+    valid_length: int
+    #: The last valid line's hash.
+    head: str
+    #: A bad line followed by more data: the log is corrupt from here (not a torn tail).
+    bad: Problem | None = None
+    torn: TornTail | None = None
+    lines: int = 0
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last valid event (the header's seq when there is none)."""
+        if self.events:
+            return self.events[-1].seq
+        return self.header.seq if self.header is not None else 0
+
+
+class LineDecoder:
+    """Checks and decodes lines fed to it in any chunks: hash chain, JSON, contiguous seq.
+
+    ``expect_header`` makes the first line a :class:`Header`. ``prev_h`` and ``last_seq`` let a
+    decoder resume after a snapshot or a previous read. After the first bad line, :meth:`feed`
+    returns nothing more; :attr:`bad` holds the problem.
+    """
+
+    def __init__(
+        self,
+        *,
+        key: bytes = b"",
+        prev_h: str = ZERO_HASH,
+        last_seq: int = 0,
+        expect_header: bool = True,
+        first_line: int = 1,
+        offset: int = 0,
+    ) -> None:
+        self.key = key
+        self.head = prev_h
+        self.last_seq = last_seq
+        self.expect_header = expect_header
+        self.header: Header | None = None
+        self.line_no = first_line - 1
+        #: Offset just past the last complete valid line.
+        self.offset = offset
+        self.bad: Problem | None = None
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Consume ``data``; return the events of every complete, valid line in it."""
+        if self.bad is not None:
+            return []
+        buf = self._buf + data if self._buf else data
+        out: list[Event] = []
+        start = 0
+        find = buf.find
+        while True:
+            end = find(b"\n", start)
+            if end < 0:
+                break
+            line = buf[start:end]
+            self.line_no += 1
+            result = self._check(line)
+            if isinstance(result, str):
+                self.bad = Problem(self.line_no, self.offset, result)
+                self._buf = buf[start:]
+                return out
+            if result is not None:
+                out.append(result)
+            self.offset += end + 1 - start
+            start = end + 1
+        self._buf = buf[start:]
+        return out
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes after the last valid line: an incomplete line, or from the bad line on."""
+        return self._buf
+
+    def finish(self) -> TornTail | None:
+        """Call at the end of the data: the unfinished or unreadable tail, if there is one.
+
+        A bad line is a torn tail only when nothing but (at most) its own newline follows it;
+        otherwise :attr:`bad` stays set and this returns None.
+        """
+        if not self._buf:
+            return None
+        if self.bad is not None:
+            first_nl = self._buf.find(b"\n")
+            if first_nl != len(self._buf) - 1:
+                return None
+            torn = TornTail(self.bad.line, self.bad.offset, self._buf, self.bad.reason)
+            self.bad = None
+            return torn
+        return TornTail(self.line_no + 1, self.offset, self._buf, "incomplete last line (no newline)")
+
+    def _check(self, line: bytes) -> Event | None | str:
+        parts = split_hash(line)
+        if parts is None:
+            return "no hash field (not a session log line, or cut short)"
+        body, h = parts
+        if chain_hash(self.head, body, self.key) != h:
+            return "hash mismatch (edited, reordered, or written with another key)"
+        if self.expect_header:
+            try:
+                header = _header_decoder.decode(line)
+            except msgspec.DecodeError as exc:
+                return f"bad header: {exc}"
+            if header.format != FORMAT_NAME:
+                return f"bad header: format {header.format!r} is not {FORMAT_NAME!r}"
+            self.expect_header = False
+            self.header = header
+            self.last_seq = header.seq
+            self.head = h
+            return None
+        try:
+            event: Event = _event_decoder.decode(line)
+        except msgspec.ValidationError as exc:
+            unknown = _decode_unknown(line)
+            if unknown is None:
+                return f"invalid event: {exc}"
+            event = unknown
+        except msgspec.DecodeError as exc:
+            return f"invalid JSON: {exc}"
+        if event.seq != self.last_seq + 1:
+            return f"seq {event.seq} where {self.last_seq + 1} was expected"
+        self.last_seq = event.seq
+        self.head = h
+        return event
+
+
+def _decode_unknown(line: bytes) -> UnknownEvent | None:
+    """Keep an event of a type this version does not know, or None if it is not an event."""
+    try:
+        raw = _raw_decoder.decode(line)
+        tag = raw.get("type")
+        if not isinstance(tag, str) or tag == "header" or tag in _KNOWN_TAGS:
+            return None
+        base = _unknown_decoder.decode(line)
+    except msgspec.DecodeError:
+        return None
+    raw.pop("h", None)
+    return msgspec.structs.replace(base, raw=raw)
+
+
+_KNOWN_TAGS: Final = frozenset(
+    t.__struct_config__.tag for t in KnownEvent.__args__  # type: ignore[attr-defined]
+)
+
+
+def decode_log(
+    data: bytes,
+    *,
+    key: bytes = b"",
+    expect_header: bool = True,
+    prev_h: str = ZERO_HASH,
+    last_seq: int = 0,
+    offset: int = 0,
+    first_line: int = 1,
+) -> Decoded:
+    """Decode a whole log (or a tail of one, with ``expect_header=False``) in one call."""
+    dec = LineDecoder(
+        key=key,
+        prev_h=prev_h,
+        last_seq=last_seq,
+        expect_header=expect_header,
+        offset=offset,
+        first_line=first_line,
+    )
+    events = dec.feed(data)
+    torn = dec.finish()
+    return Decoded(
+        header=dec.header,
+        events=events,
+        valid_length=dec.offset,
+        head=dec.head,
+        bad=dec.bad,
+        torn=torn,
+        lines=dec.line_no,
+    )
+
+
+def encode_lines(
+    events: Iterable[Header | KnownEvent], prev_h: str = ZERO_HASH, key: bytes = b""
+) -> tuple[bytes, str]:
+    """Encode several events as consecutive chained lines; return the bytes and the last hash."""
+    out: list[bytes] = []
+    h = prev_h
+    for event in events:
+        line, h = encode_line(event, h, key)
+        out.append(line)
+    return b"".join(out), h
+
+
+@dataclass(slots=True)
+class ChainCheck:
+    """Result of :func:`verify_chain`: lines checked and the first problem, if any."""
+
+    lines: int = 0
+    head: str = ZERO_HASH
+    problems: list[Problem] = field(default_factory=list)
+
+
+def verify_chain(data: bytes, *, key: bytes = b"", prev_h: str = ZERO_HASH) -> ChainCheck:
+    """Check every line's chained hash without decoding JSON (the fast audit path)."""
+    result = ChainCheck(head=prev_h)
+    start = 0
+    h = prev_h
+    line_no = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        line_no += 1
+        if end < 0:
+            result.problems.append(Problem(line_no, start, "incomplete last line (no newline)"))
+            break
+        parts = split_hash(data[start:end])
+        if parts is None:
+            result.problems.append(Problem(line_no, start, "no hash field"))
+            break
+        body, got = parts
+        if chain_hash(h, body, key) != got:
+            result.problems.append(Problem(line_no, start, "hash mismatch"))
+            break
+        h = got
+        start = end + 1
+    result.lines = line_no
+    result.head = h
+    return result

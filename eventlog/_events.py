@@ -1,0 +1,158 @@
+"""Event types of the session log (format version 1).
+
+Invariants:
+- Every type is a frozen msgspec ``Struct`` with an explicit tag in the ``type`` field. Tags are
+  part of the on-disk contract: a renamed class keeps its tag, a released tag never changes.
+- Every event carries ``seq`` (1, 2, 3 ... per session), ``ts`` (UTC) and a unique ``id``.
+- ``h`` is the line's chained hash. It is filled in by the codec when a line is encoded or
+  decoded, and is never written by the struct encoder itself (empty strings are omitted), so the
+  codec can append it as the fixed-width last field of the line.
+- Schema evolution: new fields get defaults; field types never change.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import msgspec
+
+FORMAT_NAME: Final = "sessionlog"
+FORMAT_VERSION: Final = 1
+
+TrimReason = Literal["file_cap", "retain_suffix", "truncate"]
+LifecycleState = Literal["active", "idle", "compacting", "suspended", "archived"]
+EndReason = Literal["archive", "reset", "delete", "timeout", "new"]
+
+TRIM_REASONS: Final[tuple[str, ...]] = ("file_cap", "retain_suffix", "truncate")
+LIFECYCLE_STATES: Final[tuple[str, ...]] = ("active", "idle", "compacting", "suspended", "archived")
+END_REASONS: Final[tuple[str, ...]] = ("archive", "reset", "delete", "timeout", "new")
+
+
+class _Base(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="type",
+    omit_defaults=True,
+):
+    """Fields every event has."""
+
+    seq: int
+    ts: datetime
+    id: str
+    h: str = ""
+
+
+class Header(_Base, tag="header", kw_only=True):
+    """The first line of every log file: what the file is and which session it holds.
+
+    ``seq`` of a header is the seq of the last event before this segment (0 for the first
+    segment) and ``prev_h`` that event's hash, so a later segment chains onto the previous one.
+    """
+
+    format: str = FORMAT_NAME
+    version: int = FORMAT_VERSION
+    key: str
+    created_at: datetime
+    metadata: dict[str, Any] = {}
+    segment: int = 0
+    prev_h: str = ""
+
+
+class MessageAppended(_Base, tag="message", kw_only=True):
+    """One chat message, every key of the caller's dict kept, plus its token estimate."""
+
+    message: dict[str, Any]
+    tokens: int = 0
+
+
+class MetadataChanged(_Base, tag="metadata", kw_only=True):
+    """Metadata keys set (with their new values) and keys removed."""
+
+    set: dict[str, Any] = {}
+    unset: list[str] = []
+
+
+class Consolidated(_Base, tag="consolidated", kw_only=True):
+    """The consolidation cursor (nanobot's ``last_consolidated``) moved to ``upto``."""
+
+    upto: int
+
+
+class Compacted(_Base, tag="compacted", kw_only=True):
+    """A summary now stands for the first ``upto`` live messages.
+
+    ``removed`` and ``kept`` count messages replaced and preserved; the token figures are what
+    the caller's summariser reported. ``extra`` holds any other statistics (duration, model).
+    """
+
+    summary: str
+    upto: int
+    tokens_before: int = 0
+    tokens_after: int = 0
+    removed: int = 0
+    kept: int = 0
+    extra: dict[str, Any] = {}
+
+
+class Trimmed(_Base, tag="trimmed", kw_only=True):
+    """The oldest ``count`` live messages were dropped, for ``reason``."""
+
+    count: int
+    reason: TrimReason
+
+
+class Cleared(_Base, tag="cleared", kw_only=True):
+    """Every live message was dropped and the consolidation cursor reset."""
+
+
+class Retracted(_Base, tag="retracted", kw_only=True):
+    """The newest ``count`` live messages were withdrawn (e.g. a partial stream)."""
+
+    count: int = 1
+
+
+class LifecycleChanged(_Base, tag="lifecycle", kw_only=True):
+    """The session entered ``state``; ``reason`` says why a session ended, when it did."""
+
+    state: LifecycleState
+    reason: EndReason | None = None
+
+
+class UnknownEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An event of a type this version does not know, kept verbatim and passed through.
+
+    Not part of the tagged union: the codec builds it from a line whose tag it cannot decode.
+    """
+
+    type: str
+    seq: int
+    ts: datetime
+    id: str
+    h: str = ""
+    raw: dict[str, Any] = {}
+
+
+KnownEvent = (
+    MessageAppended
+    | MetadataChanged
+    | Consolidated
+    | Compacted
+    | Trimmed
+    | Cleared
+    | Retracted
+    | LifecycleChanged
+)
+Event = KnownEvent | UnknownEvent
+
+EVENT_TYPES: Final[tuple[type[KnownEvent], ...]] = (
+    MessageAppended,
+    MetadataChanged,
+    Consolidated,
+    Compacted,
+    Trimmed,
+    Cleared,
+    Retracted,
+    LifecycleChanged,
+)

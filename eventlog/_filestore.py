@@ -1,0 +1,369 @@
+"""The embedded file store: one JSONL log per session in one directory.
+
+Invariants:
+- The directory is 0700 and every file 0600, whatever the umask; no path is ever followed
+  through a symlink (``O_NOFOLLOW``), and a non-regular file where a log should be is refused.
+- One writer per session across processes: ``flock`` on the log's own descriptor, released by
+  the kernel when the holder dies. After locking, the path is checked to still be the locked
+  file, so a concurrent delete cannot leave a writer on an unlinked inode.
+- An append is one ``write`` of whole lines; a failed or short write is cut back with
+  ``ftruncate`` so no partial line is left for a later append to glue onto.
+- New files get their directory fsynced (unless durability is ``"none"``).
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import fcntl
+import os
+import stat
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ._errors import LockedError, NotALogError, SessionNotFoundError, StorageError, UnsafePathError
+from ._names import key_to_stem, stem_to_key
+from ._store import BaseStore
+from ._tokens import TokenCounter
+from ._writer import Durability
+
+LOG_SUFFIX = ".jsonl"
+QUARANTINE_SUFFIX = ".quarantine"
+SNAPSHOT_SUFFIX = ".snapshot"
+_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+
+# Indirections the fault-injection tests patch.
+_write = os.write
+_fsync = os.fdatasync if hasattr(os, "fdatasync") else os.fsync
+
+
+def _open_nofollow(path: str, flags: int, mode: int = 0o600) -> int:
+    try:
+        return os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(path, "it is a symlink") from exc
+        raise
+
+
+def read_file(path: str) -> bytes | None:
+    """Read a whole regular file without following a symlink (None if it does not exist)."""
+    try:
+        fd = _open_nofollow(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(path, "not a regular file")
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, max(st.st_size + 1, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory entry change (create, rename, unlink) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_private(path: str, data: bytes, *, sync: bool) -> None:
+    """Append ``data`` to a 0600 file beside the logs (quarantine), never through a symlink."""
+    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _FileIO:
+    """One session's log, open for appending with its writer lock held."""
+
+    def __init__(self, path: str, fd: int, size: int) -> None:
+        self.name = path
+        self._fd = fd
+        self._size = size
+
+    def append(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                written = _write(self._fd, view)
+                if written <= 0:
+                    raise OSError(errno.EIO, "write returned no progress")
+                view = view[written:]
+        except OSError as exc:
+            self._cut_back(exc)
+            raise StorageError(self.name, "append", os.strerror(exc.errno or errno.EIO)) from exc
+        self._size += len(data)
+
+    def _cut_back(self, cause: OSError) -> None:
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError as exc:  # pragma: no cover - the disk refuses even a truncate
+            raise StorageError(
+                self.name, "append", f"{cause}; and cutting back the partial line failed: {exc}"
+            ) from exc
+
+    def sync(self) -> None:
+        try:
+            _fsync(self._fd)
+        except OSError as exc:
+            raise StorageError(self.name, "fsync", os.strerror(exc.errno or errno.EIO)) from exc
+
+    def truncate(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as exc:
+            raise StorageError(self.name, "truncate", os.strerror(exc.errno or errno.EIO)) from exc
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)  # also releases the flock
+
+
+@dataclass(slots=True)
+class _Raw:
+    io: _FileIO
+    data: bytes
+    created: bool
+
+
+class FileStore(BaseStore):
+    """Sessions as JSONL files in ``root`` (created 0700 if missing).
+
+    Args:
+        root: the store's directory (``~`` is expanded).
+        durability: ``"always"`` (fsync before each append returns), ``"batch"`` (group
+            commit: one fsync covers the appends that arrive together; each append returns
+            after its fsync), or ``"none"`` (page cache only; a power loss can lose the tail).
+        hash_key: a secret to key the hash chain with; only key holders can forge a valid log.
+        token_counter: counts a message's tokens at write time (default: a byte heuristic).
+        lock_timeout: seconds to wait for another process's writer lock before
+            :class:`LockedError` (0: fail at once).
+        batch_window: seconds a group-commit leader waits for more appends before its fsync.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        durability: Durability | str = "batch",
+        hash_key: bytes | str | None = None,
+        token_counter: TokenCounter | None = None,
+        lock_timeout: float = 0.0,
+        batch_window: float = 0.0,
+    ) -> None:
+        super().__init__(
+            durability=durability,
+            hash_key=hash_key,
+            token_counter=token_counter,
+            batch_window=batch_window,
+        )
+        self.root = Path(root).expanduser()
+        self.lock_timeout = lock_timeout
+        self._ensure_root()
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.root)!r}, durability={self.durability!r})"
+
+    def _ensure_root(self) -> None:
+        root = str(self.root)
+        if os.path.islink(root):
+            raise UnsafePathError(root, "the store directory is a symlink")
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise NotALogError(root, "it is a file, not a store directory")
+        created = not os.path.exists(root)
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        if created:
+            os.chmod(root, 0o700)
+            if self.durability != "none":
+                fsync_dir(str(self.root.parent))
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def path_for(self, key: str) -> Path:
+        """The log file of ``key`` (it may not exist yet)."""
+        return self.root / (key_to_stem(key) + LOG_SUFFIX)
+
+    def quarantine_path(self, key: str) -> Path:
+        """Where bytes cut from ``key``'s log are kept."""
+        return self.root / (key_to_stem(key) + QUARANTINE_SUFFIX)
+
+    def snapshot_path(self, key: str) -> Path:
+        """Where ``key``'s snapshot is kept."""
+        return self.root / (key_to_stem(key) + SNAPSHOT_SUFFIX)
+
+    def _describe(self, key: str) -> str:
+        return str(self.path_for(key))
+
+    # -- backend hooks -------------------------------------------------------------------
+
+    def _open_raw(self, key: str, create: bool) -> _Raw | None:
+        path = str(self.path_for(key))
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            created = False
+            try:
+                fd = _open_nofollow(path, _OPEN_FLAGS)
+            except FileNotFoundError:
+                if not create:
+                    return None
+                try:
+                    fd = _open_nofollow(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL)
+                    created = True
+                except FileExistsError:
+                    continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise UnsafePathError(path, "not a regular file")
+                if created:
+                    os.fchmod(fd, 0o600)
+                self._lock(fd, key, path, deadline)
+                # The file may have been deleted (or replaced) while we waited for the lock.
+                try:
+                    now = os.stat(path, follow_symlinks=False)
+                except FileNotFoundError:
+                    now = None
+                if now is None or (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+                    os.close(fd)
+                    continue
+                if created and self.durability != "none":
+                    fsync_dir(str(self.root))
+                data = self._read_fd(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            return _Raw(_FileIO(path, fd, len(data)), data, created)
+
+    def _lock(self, fd: int, key: str, path: str, deadline: float) -> None:
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockedError(key, path) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
+    @staticmethod
+    def _read_fd(fd: int) -> bytes:
+        size = os.fstat(fd).st_size
+        chunks: list[bytes] = []
+        offset = 0
+        while True:
+            chunk = os.pread(fd, max(size - offset, 1 << 16), offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def _read_raw(self, key: str) -> bytes | None:
+        return read_file(str(self.path_for(key)))
+
+    def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
+        path = str(self.quarantine_path(key))
+        record: dict[str, Any] = {
+            "at": datetime.now(UTC).isoformat(),
+            "key": key,
+            "log": self.path_for(key).name,
+            "reason": reason,
+            "line": line,
+            "offset": offset,
+            "bytes": len(data),
+        }
+        try:
+            record["text"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            record["base64"] = base64.b64encode(data).decode("ascii")
+        append_private(path, msgspec.json.encode(record) + b"\n", sync=self.durability != "none")
+        return path
+
+    def _list_keys(self) -> list[str]:
+        keys: list[str] = []
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError as exc:
+            raise NotALogError(str(self.root), "the store directory is gone") from exc
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(LOG_SUFFIX) or name.startswith("."):
+                continue
+            key = stem_to_key(name[: -len(LOG_SUFFIX)])
+            if key is None:
+                key = self._key_from_header(entry.path)
+            if key is not None:
+                keys.append(key)
+        return keys
+
+    @staticmethod
+    def _key_from_header(path: str) -> str | None:
+        try:
+            fd = _open_nofollow(path, _READ_FLAGS)
+        except (OSError, UnsafePathError):
+            return None
+        try:
+            first = os.read(fd, 1 << 16).split(b"\n", 1)[0]
+        finally:
+            os.close(fd)
+        try:
+            header = msgspec.json.decode(first, type=dict[str, Any])
+        except msgspec.DecodeError:
+            return None
+        key = header.get("key")
+        return key if header.get("type") == "header" and isinstance(key, str) else None
+
+    def _remove(self, key: str) -> bool:
+        raw = self._open_raw(key, create=False)
+        if raw is None:
+            return False
+        try:
+            for path in (self.snapshot_path(key), self.quarantine_path(key), self.path_for(key)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+            if self.durability != "none":
+                fsync_dir(str(self.root))
+        finally:
+            raw.io.close()
+        return True
+
+    def session_file_metadata(self, key: str) -> Mapping[str, Any]:
+        """Size and modification time of ``key``'s log (for catalogs and tools)."""
+        try:
+            st = os.stat(self.path_for(key), follow_symlinks=False)
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(key) from exc
+        return {"size": st.st_size, "mtime": st.st_mtime}

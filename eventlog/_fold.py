@@ -1,0 +1,195 @@
+"""The fold: ``apply(state, event) -> state``, the one place state transitions live.
+
+Rules (the seeds' semantics):
+- ``message`` appends a live message and adds its stored token count.
+- ``metadata`` sets keys, then removes keys.
+- ``consolidated`` moves ``last_consolidated``; an offset outside ``0..len(messages)`` is clamped
+  to 0, so a bad cursor never hides history.
+- ``compacted`` records the latest summary, standing for the first ``upto`` live messages.
+- ``trimmed`` drops the oldest N live messages and shifts ``last_consolidated`` and the
+  compaction boundary down by N (never below 0).
+- ``cleared`` drops every live message, resets ``last_consolidated`` to 0, forgets the compaction
+  and removes ``_last_summary`` from metadata.
+- ``retracted`` withdraws the newest N live messages; cursors are clamped to what is left.
+- ``lifecycle`` sets the lifecycle state and end reason.
+- Unknown event types from a newer writer only advance seq, time and head.
+Every event advances ``seq``, ``updated_at``, ``head`` and records its id.
+
+``apply`` updates ``state`` in place and returns it (folding 10,000 events must not copy 10,000
+lists); use :meth:`SessionState.copy` to keep an earlier state. It does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, assert_never
+
+import msgspec
+
+from ._codec import ZERO_HASH
+from ._events import (
+    Cleared,
+    Compacted,
+    Consolidated,
+    Event,
+    Header,
+    LifecycleChanged,
+    MessageAppended,
+    MetadataChanged,
+    Retracted,
+    Trimmed,
+    UnknownEvent,
+)
+
+
+class Compaction(msgspec.Struct, kw_only=True):
+    """The latest compaction: ``summary`` stands for the first ``upto`` live messages."""
+
+    seq: int
+    summary: str
+    upto: int
+    tokens_before: int = 0
+    tokens_after: int = 0
+    removed: int = 0
+    kept: int = 0
+    ts: datetime | None = None
+
+
+class SessionState(msgspec.Struct, kw_only=True):
+    """A session folded from its log: what every projection reads."""
+
+    key: str
+    id: str
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any] = {}
+    #: Live messages, oldest first, as their events (message dict, tokens, seq, ts).
+    messages: list[MessageAppended] = []
+    last_consolidated: int = 0
+    compaction: Compaction | None = None
+    lifecycle: str = "active"
+    end_reason: str | None = None
+    #: The last event's seq and hash (the header's while there are no events).
+    seq: int = 0
+    head: str = ZERO_HASH
+    #: Stored token counts of the live messages.
+    live_tokens: int = 0
+    #: Messages and tokens ever appended (trims and clears do not lower these).
+    total_messages: int = 0
+    total_tokens: int = 0
+    unknown_events: int = 0
+    #: Event id -> seq, for idempotent retries.
+    ids: dict[str, int] = {}
+
+    def copy(self) -> SessionState:
+        """Return an independent copy (events are immutable and shared)."""
+        return msgspec.structs.replace(
+            self,
+            metadata=dict(self.metadata),
+            messages=list(self.messages),
+            ids=dict(self.ids),
+        )
+
+    @property
+    def message_dicts(self) -> list[dict[str, Any]]:
+        """The live messages as the dicts they were appended as."""
+        return [m.message for m in self.messages]
+
+
+def initial_state(header: Header) -> SessionState:
+    """The state of a session whose log holds only ``header``."""
+    return SessionState(
+        key=header.key,
+        id=header.id,
+        created_at=header.created_at,
+        updated_at=header.created_at,
+        metadata=dict(header.metadata),
+        seq=header.seq,
+        head=header.h or ZERO_HASH,
+    )
+
+
+def _drop_front(state: SessionState, count: int) -> None:
+    count = max(0, min(count, len(state.messages)))
+    if not count:
+        return
+    state.live_tokens -= sum(m.tokens for m in state.messages[:count])
+    del state.messages[:count]
+    state.last_consolidated = max(0, state.last_consolidated - count)
+    if state.compaction is not None:
+        upto = max(0, state.compaction.upto - count)
+        state.compaction = msgspec.structs.replace(state.compaction, upto=upto)
+
+
+def _drop_back(state: SessionState, count: int) -> None:
+    count = max(0, min(count, len(state.messages)))
+    if not count:
+        return
+    state.live_tokens -= sum(m.tokens for m in state.messages[-count:])
+    del state.messages[-count:]
+    live = len(state.messages)
+    state.last_consolidated = min(state.last_consolidated, live)
+    if state.compaction is not None and state.compaction.upto > live:
+        state.compaction = msgspec.structs.replace(state.compaction, upto=live)
+
+
+def apply(state: SessionState, event: Event) -> SessionState:
+    """Fold one event into ``state`` (in place) and return it."""
+    match event:
+        case MessageAppended():
+            state.messages.append(event)
+            state.live_tokens += event.tokens
+            state.total_messages += 1
+            state.total_tokens += event.tokens
+        case MetadataChanged():
+            state.metadata.update(event.set)
+            for name in event.unset:
+                state.metadata.pop(name, None)
+        case Consolidated():
+            upto = event.upto
+            state.last_consolidated = upto if 0 <= upto <= len(state.messages) else 0
+        case Compacted():
+            upto = event.upto if 0 <= event.upto <= len(state.messages) else 0
+            state.compaction = Compaction(
+                seq=event.seq,
+                summary=event.summary,
+                upto=upto,
+                tokens_before=event.tokens_before,
+                tokens_after=event.tokens_after,
+                removed=event.removed,
+                kept=event.kept,
+                ts=event.ts,
+            )
+        case Trimmed():
+            _drop_front(state, event.count)
+        case Cleared():
+            state.messages.clear()
+            state.live_tokens = 0
+            state.last_consolidated = 0
+            state.compaction = None
+            state.metadata.pop("_last_summary", None)
+        case Retracted():
+            _drop_back(state, event.count)
+        case LifecycleChanged():
+            state.lifecycle = event.state
+            state.end_reason = event.reason
+        case UnknownEvent():
+            state.unknown_events += 1
+        case _:
+            assert_never(event)
+    state.seq = event.seq
+    state.updated_at = event.ts
+    if event.h:
+        state.head = event.h
+    state.ids[event.id] = event.seq
+    return state
+
+
+def fold(header: Header, events: Iterable[Event], state: SessionState | None = None) -> SessionState:
+    """Fold ``events`` onto ``state`` (or onto the initial state of ``header``)."""
+    if state is None:
+        state = initial_state(header)
+    for event in events:
+        apply(state, event)
+    return state

@@ -1,0 +1,100 @@
+"""The in-memory store: the reference backend, the same bytes as the file store, no files.
+
+Useful in tests and for agents that need no persistence. Locks are per key within the store
+object; quarantined bytes are kept in :attr:`MemoryStore.quarantined`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._errors import LockedError
+from ._store import BaseStore
+from ._tokens import TokenCounter
+from ._writer import Durability
+
+
+class _MemoryIO:
+    def __init__(self, store: MemoryStore, key: str) -> None:
+        self.name = f"memory:{key}"
+        self._store = store
+        self._key = key
+
+    def append(self, data: bytes) -> None:
+        self._store._logs[self._key] += data
+
+    def sync(self) -> None:
+        return None
+
+    def truncate(self, size: int) -> None:
+        del self._store._logs[self._key][size:]
+
+    def size(self) -> int:
+        return len(self._store._logs[self._key])
+
+    def close(self) -> None:
+        self._store._locked.discard(self._key)
+
+
+@dataclass(slots=True)
+class _Raw:
+    io: _MemoryIO
+    data: bytes
+    created: bool
+
+
+class MemoryStore(BaseStore):
+    """Sessions held in memory as log bytes, with the same contract as :class:`FileStore`."""
+
+    def __init__(
+        self,
+        *,
+        durability: Durability | str = "none",
+        hash_key: bytes | str | None = None,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
+        self._logs: dict[str, bytearray] = {}
+        self._locked: set[str] = set()
+        #: Bytes cut from logs, per key: (reason, line, offset, data).
+        self.quarantined: dict[str, list[tuple[str, int, int, bytes]]] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._logs)} sessions)"
+
+    def _describe(self, key: str) -> str:
+        return f"memory:{key}"
+
+    def _open_raw(self, key: str, create: bool) -> _Raw | None:
+        if key in self._locked:
+            raise LockedError(key, self._describe(key))
+        created = key not in self._logs
+        if created:
+            if not create:
+                return None
+            self._logs[key] = bytearray()
+        self._locked.add(key)
+        return _Raw(_MemoryIO(self, key), bytes(self._logs[key]), created)
+
+    def _read_raw(self, key: str) -> bytes | None:
+        log = self._logs.get(key)
+        return None if log is None else bytes(log)
+
+    def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
+        self.quarantined.setdefault(key, []).append((reason, line, offset, data))
+        return f"memory-quarantine:{key}"
+
+    def _list_keys(self) -> list[str]:
+        return list(self._logs)
+
+    def _remove(self, key: str) -> bool:
+        if key in self._locked:
+            raise LockedError(key, self._describe(key))
+        self.quarantined.pop(key, None)
+        return self._logs.pop(key, None) is not None
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Replace a session's raw bytes (for tests and imports that build logs by hand)."""
+        if key in self._locked:
+            raise LockedError(key, self._describe(key))
+        self._logs[key] = bytearray(data)

@@ -1,0 +1,347 @@
+"""What every store shares: opening a session from its bytes, the store protocol, reports.
+
+A backend supplies raw access (open a session's bytes under its writer lock, read them without
+it, list, remove, quarantine); this module turns bytes into checked, folded sessions the same way
+for every backend, so the file and memory stores cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from ._codec import ZERO_HASH, Decoded, Problem, TornTail, decode_log, encode_line, normalize_key
+from ._errors import CorruptLogError, NotALogError, SessionNotFoundError, StoreClosedError
+from ._events import Event, Header
+from ._fold import SessionState, fold
+from ._names import check_key
+from ._tokens import TokenCounter, estimate_tokens
+from ._writer import Durability, SessionIO, SessionWriter, check_durability, new_event_id
+
+
+@dataclass(frozen=True, slots=True)
+class OpenReport:
+    """What opening a session found: a torn tail cut into quarantine, if any."""
+
+    key: str
+    created: bool = False
+    torn: TornTail | None = None
+    quarantine: str | None = None
+
+
+@dataclass(slots=True)
+class LoadedLog:
+    """A session read without its writer lock: header, events, state, and what was wrong."""
+
+    key: str
+    path: str
+    header: Header
+    events: list[Event]
+    state: SessionState
+    #: Byte length of the valid prefix.
+    valid_length: int
+    torn: TornTail | None = None
+    #: A bad line in the middle (only when the caller asked for the readable prefix).
+    bad: Problem | None = None
+
+
+class RawSession(Protocol):
+    """A session's bytes opened for writing, with the writer lock held."""
+
+    io: SessionIO
+    data: bytes
+    created: bool
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The store protocol: every backend (file, memory, PostgreSQL) offers these."""
+
+    def session(self, key: str, *, metadata: Mapping[str, Any] | None = None) -> SessionWriter:
+        """Return this process's writer for ``key``, creating the session on first use."""
+        ...
+
+    def load(self, key: str, *, prefix: bool = False) -> LoadedLog:
+        """Read a session without taking its writer lock."""
+        ...
+
+    def read_bytes(self, key: str) -> bytes:
+        """Return a session's log bytes exactly as stored."""
+        ...
+
+    def keys(self) -> list[str]:
+        """Every session key in the store, sorted."""
+        ...
+
+    def exists(self, key: str) -> bool:
+        """Whether a session with ``key`` exists."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove a session for good; True if it existed."""
+        ...
+
+    def close(self) -> None:
+        """Sync and close every open writer."""
+        ...
+
+
+class BaseStore(abc.ABC):
+    """Shared logic of the sync stores; a backend implements the abstract raw methods."""
+
+    def __init__(
+        self,
+        *,
+        durability: Durability | str = "batch",
+        hash_key: bytes | str | None = None,
+        token_counter: TokenCounter | None = None,
+        batch_window: float = 0.0,
+    ) -> None:
+        self.durability: Durability = check_durability(durability)
+        self._hash_key = normalize_key(hash_key)
+        self.token_counter: TokenCounter = token_counter or estimate_tokens
+        self.batch_window = batch_window
+        self._writers: dict[str, SessionWriter] = {}
+        self._reports: dict[str, OpenReport] = {}
+        self._mutex = threading.RLock()
+        self._closed = False
+
+    # -- backend hooks -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _open_raw(self, key: str, create: bool) -> RawSession | None:
+        """Open ``key`` under its writer lock (None if absent and not ``create``)."""
+
+    @abc.abstractmethod
+    def _read_raw(self, key: str) -> bytes | None:
+        """Read ``key``'s bytes without the lock (None if absent)."""
+
+    @abc.abstractmethod
+    def _describe(self, key: str) -> str:
+        """Where ``key`` lives, for messages."""
+
+    @abc.abstractmethod
+    def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
+        """Keep ``data`` cut from ``key``'s log; return where it went."""
+
+    @abc.abstractmethod
+    def _list_keys(self) -> list[str]:
+        """Keys of every session."""
+
+    @abc.abstractmethod
+    def _remove(self, key: str) -> bool:
+        """Remove a session's log and everything beside it (the caller closed its writer)."""
+
+    # -- public API --------------------------------------------------------------------------
+
+    @property
+    def hash_key(self) -> bytes:
+        """The secret the chain is keyed with (empty: unkeyed)."""
+        return self._hash_key
+
+    def session(self, key: str, *, metadata: Mapping[str, Any] | None = None) -> SessionWriter:
+        """Return this process's writer for ``key``, creating the session on first use.
+
+        ``metadata`` seeds a new session's header; it is ignored for an existing one. Opening
+        cuts a torn last line into quarantine (see :meth:`open_report`) and raises
+        :class:`CorruptLogError` for a bad line in the middle.
+        """
+        return self._session(check_key(key), create=True, metadata=metadata)
+
+    def open(self, key: str) -> SessionWriter:
+        """Like :meth:`session`, but raise :class:`SessionNotFoundError` for a new key."""
+        return self._session(check_key(key), create=False, metadata=None)
+
+    def open_report(self, key: str) -> OpenReport | None:
+        """What opening ``key`` found in this process (torn tail, quarantine), if opened."""
+        return self._reports.get(key)
+
+    def load(self, key: str, *, prefix: bool = False) -> LoadedLog:
+        """Read and fold a session without its writer lock, changing nothing.
+
+        A torn tail is reported, not cut. A bad line in the middle raises
+        :class:`CorruptLogError` unless ``prefix`` asks for the readable prefix.
+        """
+        key = check_key(key)
+        data = self._read_raw(key)
+        if data is None:
+            raise SessionNotFoundError(key)
+        decoded = self._decode(key, data)
+        if decoded.bad is not None and not prefix:
+            raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+        assert decoded.header is not None
+        state = fold(decoded.header, decoded.events)
+        return LoadedLog(
+            key=key,
+            path=self._describe(key),
+            header=decoded.header,
+            events=decoded.events,
+            state=state,
+            valid_length=decoded.valid_length,
+            torn=decoded.torn,
+            bad=decoded.bad,
+        )
+
+    def state(self, key: str) -> SessionState:
+        """The current folded state of ``key`` (from this process's writer when one is open)."""
+        writer = self._writers.get(key)
+        if writer is not None and not writer.closed:
+            return writer.state
+        return self.load(key).state
+
+    def events(self, key: str) -> Iterator[Event]:
+        """Iterate over a session's events, oldest first."""
+        return iter(self.load(key).events)
+
+    def read_bytes(self, key: str) -> bytes:
+        """Return a session's log bytes exactly as stored."""
+        data = self._read_raw(check_key(key))
+        if data is None:
+            raise SessionNotFoundError(key)
+        return data
+
+    def keys(self) -> list[str]:
+        """Every session key in the store, sorted."""
+        return sorted(self._list_keys())
+
+    def exists(self, key: str) -> bool:
+        """Whether a session with ``key`` exists."""
+        return self._read_raw(check_key(key)) is not None
+
+    def delete(self, key: str) -> bool:
+        """Remove a session for good (log, snapshot, catalog row, quarantine); True if it existed.
+
+        Raises :class:`LockedError` when another process's writer holds it.
+        """
+        key = check_key(key)
+        with self._mutex:
+            writer = self._writers.pop(key, None)
+            if writer is not None:
+                writer.close()
+            self._reports.pop(key, None)
+            return self._remove(key)
+
+    def close(self) -> None:
+        """Sync and close every open writer (graceful shutdown, like nanobot's ``flush_all``)."""
+        with self._mutex:
+            writers = list(self._writers.values())
+            self._writers.clear()
+            self._closed = True
+        errors: list[BaseException] = []
+        for writer in writers:
+            try:
+                writer.close()
+            except Exception as exc:  # close the others, then report the first
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> BaseStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _decode(self, key: str, data: bytes) -> Decoded:
+        decoded = decode_log(data, key=self._hash_key)
+        where = self._describe(key)
+        if decoded.header is None:
+            problem = decoded.bad or decoded.torn
+            reason = problem.reason if problem is not None else "empty file"
+            raise NotALogError(where, f"line 1: {reason}")
+        if decoded.header.key != key:
+            raise NotALogError(where, f"its header names session {decoded.header.key!r}")
+        return decoded
+
+    def _session(
+        self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
+    ) -> SessionWriter:
+        with self._mutex:
+            if self._closed:
+                raise StoreClosedError("the store is closed")
+            writer = self._writers.get(key)
+            if writer is not None and not writer.closed:
+                return writer
+            raw = self._open_raw(key, create)
+            if raw is None:
+                raise SessionNotFoundError(key)
+            try:
+                state, report = self._prepare(key, raw, metadata)
+            except BaseException:
+                raw.io.close()
+                raise
+            writer = SessionWriter(
+                key=key,
+                io=raw.io,
+                state=state,
+                durability=self.durability,
+                hash_key=self._hash_key,
+                token_counter=self.token_counter,
+                batch_window=self.batch_window,
+                on_close=self._forget,
+            )
+            self._writers[key] = writer
+            self._reports[key] = report
+            return writer
+
+    def _forget(self, writer: SessionWriter) -> None:
+        with self._mutex:
+            if self._writers.get(writer.key) is writer:
+                del self._writers[writer.key]
+
+    def _prepare(
+        self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
+    ) -> tuple[SessionState, OpenReport]:
+        data = raw.data
+        torn_header = not data.endswith(b"\n") and b"\n" not in data and data.startswith(
+            b'{"type":"header"'
+        )
+        if not data or torn_header:
+            # A new session, or a crash while its header was being written.
+            quarantine = None
+            torn = None
+            if data:
+                torn = TornTail(1, 0, data, "incomplete header line")
+                quarantine = self._quarantine(key, data, reason=torn.reason, line=1, offset=0)
+                raw.io.truncate(0)
+            header = self._new_header(key, metadata)
+            line, h = encode_line(header, ZERO_HASH, self._hash_key)
+            raw.io.append(line)
+            if self.durability != "none":
+                raw.io.sync()
+            header = msgspec.structs.replace(header, h=h)
+            return fold(header, ()), OpenReport(key, created=not data, torn=torn, quarantine=quarantine)
+        decoded = self._decode(key, data)
+        if decoded.bad is not None:
+            raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+        assert decoded.header is not None
+        report = OpenReport(key)
+        if decoded.torn is not None:
+            torn = decoded.torn
+            where = self._quarantine(
+                key, torn.data, reason=torn.reason, line=torn.line, offset=torn.offset
+            )
+            raw.io.truncate(decoded.valid_length)
+            if self.durability != "none":
+                raw.io.sync()
+            report = OpenReport(key, torn=torn, quarantine=where)
+        return fold(decoded.header, decoded.events), report
+
+    def _new_header(self, key: str, metadata: Mapping[str, Any] | None) -> Header:
+        now = datetime.now(UTC)
+        return Header(
+            seq=0,
+            ts=now,
+            id=new_event_id(),
+            key=key,
+            created_at=now,
+            metadata=dict(metadata or {}),
+        )
