@@ -1,1 +1,3 @@
-"""replay package."""
+"""Replay: crash recovery, verify and repair, time travel, audit timeline, import/export, follow."""
+
+__all__: tuple[str, ...] = ()

@@ -1,1 +1,3 @@
-"""tools package."""
+"""Tools on top of the library: the ``sessionlog`` CLI, benchmarks, framework adapters."""
+
+__all__: tuple[str, ...] = ()
