@@ -16,8 +16,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
@@ -391,6 +392,21 @@ class SessionWriter:
         if self._closed:
             raise StoreClosedError(f"the writer for session {self.key!r} is closed")
 
+    def _transaction(self) -> AbstractContextManager[object]:
+        # A shared log (PostgreSQL) has other writers: its io's ``transaction(state)`` locks the
+        # session and folds their new events into ``state`` before the checks; its ``sync``
+        # commits. File and memory logs have one writer and need none of that.
+        self._check_open()
+        begin = getattr(self._io, "transaction", None)
+        if begin is None:
+            return nullcontext()
+        return cast(AbstractContextManager[object], begin(self._state))
+
+    def refresh(self) -> int:
+        """Fold in events other writers appended (shared stores only); return the last seq."""
+        with self._lock, self._transaction():
+            return self._state.seq
+
     def _check_id(self, event_id: str | None) -> None:
         if event_id is not None and (not isinstance(event_id, str) or not event_id or len(event_id) > 200):
             raise InvalidEventError(f"event id must be a non-empty str of at most 200 chars, not {event_id!r}")
@@ -404,8 +420,7 @@ class SessionWriter:
         describe: Callable[[], str] | None = None,
     ) -> int:
         self._check_id(event_id)
-        with self._lock:
-            self._check_open()
+        with self._lock, self._transaction():
             state = self._state
             if event_id is not None:
                 done = state.ids.get(event_id)
