@@ -262,7 +262,7 @@ def _decode_unknown(line: bytes) -> UnknownEvent | None:
 
 
 _KNOWN_TAGS: Final = frozenset(
-    t.__struct_config__.tag for t in KnownEvent.__args__  # type: ignore[attr-defined]
+    t.__struct_config__.tag for t in KnownEvent.__args__
 )
 
 

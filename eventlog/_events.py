@@ -44,7 +44,7 @@ class _Base(
     h: str = ""
 
 
-class Header(_Base, tag="header", kw_only=True):
+class Header(_Base, tag="header", kw_only=True, frozen=True):
     """The first line of every log file: what the file is and which session it holds.
 
     ``seq`` of a header is the seq of the last event before this segment (0 for the first
@@ -60,27 +60,27 @@ class Header(_Base, tag="header", kw_only=True):
     prev_h: str = ""
 
 
-class MessageAppended(_Base, tag="message", kw_only=True):
+class MessageAppended(_Base, tag="message", kw_only=True, frozen=True):
     """One chat message, every key of the caller's dict kept, plus its token estimate."""
 
     message: dict[str, Any]
     tokens: int = 0
 
 
-class MetadataChanged(_Base, tag="metadata", kw_only=True):
+class MetadataChanged(_Base, tag="metadata", kw_only=True, frozen=True):
     """Metadata keys set (with their new values) and keys removed."""
 
     set: dict[str, Any] = {}
     unset: list[str] = []
 
 
-class Consolidated(_Base, tag="consolidated", kw_only=True):
+class Consolidated(_Base, tag="consolidated", kw_only=True, frozen=True):
     """The consolidation cursor (nanobot's ``last_consolidated``) moved to ``upto``."""
 
     upto: int
 
 
-class Compacted(_Base, tag="compacted", kw_only=True):
+class Compacted(_Base, tag="compacted", kw_only=True, frozen=True):
     """A summary now stands for the first ``upto`` live messages.
 
     ``removed`` and ``kept`` count messages replaced and preserved; the token figures are what
@@ -96,24 +96,24 @@ class Compacted(_Base, tag="compacted", kw_only=True):
     extra: dict[str, Any] = {}
 
 
-class Trimmed(_Base, tag="trimmed", kw_only=True):
+class Trimmed(_Base, tag="trimmed", kw_only=True, frozen=True):
     """The oldest ``count`` live messages were dropped, for ``reason``."""
 
     count: int
     reason: TrimReason
 
 
-class Cleared(_Base, tag="cleared", kw_only=True):
+class Cleared(_Base, tag="cleared", kw_only=True, frozen=True):
     """Every live message was dropped and the consolidation cursor reset."""
 
 
-class Retracted(_Base, tag="retracted", kw_only=True):
+class Retracted(_Base, tag="retracted", kw_only=True, frozen=True):
     """The newest ``count`` live messages were withdrawn (e.g. a partial stream)."""
 
     count: int = 1
 
 
-class LifecycleChanged(_Base, tag="lifecycle", kw_only=True):
+class LifecycleChanged(_Base, tag="lifecycle", kw_only=True, frozen=True):
     """The session entered ``state``; ``reason`` says why a session ended, when it did."""
 
     state: LifecycleState

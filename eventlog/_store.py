@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import msgspec
 
@@ -54,9 +54,17 @@ class LoadedLog:
 class RawSession(Protocol):
     """A session's bytes opened for writing, with the writer lock held."""
 
-    io: SessionIO
-    data: bytes
-    created: bool
+    @property
+    def io(self) -> SessionIO:
+        """The session's I/O, lock held."""
+
+    @property
+    def data(self) -> bytes:
+        """The log's bytes when it was opened."""
+
+    @property
+    def created(self) -> bool:
+        """Whether this open created the file."""
 
 
 @runtime_checkable
@@ -242,7 +250,7 @@ class BaseStore(abc.ABC):
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> BaseStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -111,8 +111,10 @@ def _print_events(console: Console, store: FileStore, key: str) -> None:
             case eventlog.MessageAppended():
                 role = str(event.message.get("role", ""))
                 content = event.message.get("content")
-                text = content if isinstance(content, str) else json.dumps(
-                    event.message.get("tool_calls") or content
+                text = (
+                    content
+                    if isinstance(content, str)
+                    else json.dumps(event.message.get("tool_calls") or content)
                 )
             case eventlog.MetadataChanged():
                 text = json.dumps(event.set)
@@ -122,7 +124,7 @@ def _print_events(console: Console, store: FileStore, key: str) -> None:
                 text = ""
         if len(text) > 80:
             text = text[:79] + "…"
-        table.add_row(str(event.seq), event.__struct_config__.tag or "", role, text)
+        table.add_row(str(event.seq), str(event.__struct_config__.tag or ""), role, text)
     console.print(table)
 
 

@@ -1,42 +1,84 @@
-"""The ``sessionlog`` command line (entry point).
+"""The ``sessionlog`` command line: inspect, verify, replay and audit session logs.
 
-Only ``demo`` exists so far; the inspection commands (ls, show, history, verify ...) arrive with
-the CLI issue.
+Every command works on a file store directory (``--store``, default ``$SESSIONLOG_STORE`` or
+``./sessions``) or a PostgreSQL DSN. Read commands change nothing. Exit codes: 0 all well,
+1 problems found (verify, recover, repair), 2 bad input or a store that cannot be used.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 
-from ._demo import run_demo
+from eventlog import EventLogError
+
+from ._cli_common import STORE_ENV, CliError, Command
+from ._commands import COMMANDS
+
+EPILOG = """\
+examples:
+  sessionlog demo                         write and show a sample conversation in ./sessions
+  sessionlog ls --channel telegram        the session list, newest first
+  sessionlog show telegram:42 --since 100 events from seq 100 on
+  sessionlog history telegram:42 --max-tokens 8000 --at 2026-11-25T10:00
+  sessionlog verify && sessionlog tail -f telegram:42
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sessionlog``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        metavar="PATH|DSN",
+        help=f"store directory or postgresql:// DSN (default: ${STORE_ENV} or ./sessions)",
+    )
+    common.add_argument("--hash-key", help="secret the logs' hash chain is keyed with")
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser = argparse.ArgumentParser(
         prog="sessionlog",
         description="Inspect, verify, replay and audit event-sourced agent session logs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser(
-        "demo",
-        help="write a realistic conversation to a file store, reopen it and print it",
-        description="Example: sessionlog demo --store ./sessions",
-    )
-    demo.add_argument("--store", default="sessions", help="store directory (default: ./sessions)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=f"{command.help}\n\nexample:\n  {command.example}",
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if command.json:
+            p.add_argument("--json", action="store_true", help="JSON output for scripts")
+        command.configure(p)
+        p.set_defaults(run=command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sessionlog``; return the exit code."""
-    args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        run_demo(args.store)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        return 130
+    except (CliError, EventLogError, OSError) as exc:
+        if args.debug:
+            traceback.print_exc()
+        code = exc.code if isinstance(exc, CliError) else 2
+        sys.stderr.write(f"sessionlog {args.command}: error: {exc}\n")
+        return code
+    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0
-    return 2  # pragma: no cover - argparse rejects unknown commands first
 
+
+__all__ = ("Command", "build_parser", "main")
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -1,0 +1,154 @@
+"""What every ``sessionlog`` command shares: opening a store, parsing points in time, output.
+
+Rules: read commands never create or modify anything (a missing store is an error, not a new
+empty directory); every expected failure becomes :class:`CliError`, printed as one line on stderr
+with a non-zero exit; colour only on a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+
+from eventlog import BaseStore, FileStore
+
+DEFAULT_STORE = "sessions"
+STORE_ENV = "SESSIONLOG_STORE"
+HASH_KEY_ENV = "SESSIONLOG_HASH_KEY"
+
+
+class CliError(Exception):
+    """An expected failure: printed as one line on stderr, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """A point in a session's history: a seq, or a time."""
+
+    seq: int | None = None
+    at: datetime | None = None
+
+
+def parse_point(text: str, option: str) -> Point:
+    """Parse ``SEQ`` or an ISO-8601 time (naive means UTC) given to ``option``."""
+    text = text.strip()
+    if text.isdigit():
+        return Point(seq=int(text))
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(
+            f"{option}: {text!r} is neither a seq (a whole number) nor an ISO time "
+            "like 2026-11-25T10:00"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return Point(at=when)
+
+
+def open_store(
+    location: str | None, *, hash_key: str | None = None, create: bool = False
+) -> BaseStore:
+    """Open the store at ``location`` (a directory, or a ``postgresql://`` DSN)."""
+    location = location or os.environ.get(STORE_ENV) or DEFAULT_STORE
+    hash_key = hash_key or os.environ.get(HASH_KEY_ENV) or None
+    if location.startswith(("postgresql://", "postgres://")):
+        return _open_postgres(location, hash_key)
+    path = Path(location).expanduser()
+    if not path.exists():
+        if not create:
+            raise CliError(
+                f"no store at {path}: the directory does not exist "
+                f"(give --store PATH, or set {STORE_ENV})"
+            )
+    elif not path.is_dir():
+        raise CliError(f"{path} is not a store: it is a file, not a directory")
+    return FileStore(path, durability="batch", hash_key=hash_key)
+
+
+def _open_postgres(dsn: str, hash_key: str | None) -> BaseStore:
+    try:
+        import eventlog.postgres as pg  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise CliError(f"PostgreSQL stores need the postgres extra ({exc})") from None
+    store: BaseStore = pg.PostgresStore(dsn, hash_key=hash_key)
+    return store
+
+
+def warn(message: str) -> None:
+    """Print one warning line on stderr."""
+    sys.stderr.write(f"warning: {message}\n")
+
+
+def make_console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """A console that colours only a terminal (no escape codes in pipes)."""
+    return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+_enc = msgspec.json.Encoder()
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn structs, datetimes and the like into plain JSON values."""
+    return msgspec.json.decode(_enc.encode(value))
+
+
+def print_json(value: Any) -> None:
+    """Print one JSON document."""
+    sys.stdout.write(json.dumps(to_jsonable(value), ensure_ascii=False, indent=2) + "\n")
+
+
+def print_json_lines(values: Iterable[Any]) -> None:
+    """Print one JSON document per line."""
+    for value in values:
+        sys.stdout.write(_enc.encode(value).decode("utf-8") + "\n")
+
+
+def cut(text: str, limit: int) -> str:
+    """Shorten ``text`` to ``limit`` characters with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit].rstrip()} … (+{len(text) - limit} chars)"
+
+
+def human_bytes(size: int) -> str:
+    """``1536`` -> ``1.5 KB``."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+def short_time(when: datetime | None) -> str:
+    """A compact local-free display of a UTC time."""
+    if when is None:
+        return ""
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand: ``configure`` adds its arguments, ``run`` executes it (exit code)."""
+
+    name: str
+    help: str
+    example: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    json: bool = False
