@@ -16,6 +16,7 @@ bad line followed by more lines is a :class:`BadLine`: the reader stops there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from hashlib import blake2b
@@ -42,6 +43,14 @@ _event_decoder: msgspec.json.Decoder[KnownEvent] = msgspec.json.Decoder(KnownEve
 _header_decoder = msgspec.json.Decoder(Header)
 _raw_decoder = msgspec.json.Decoder(dict[str, Any])
 _unknown_decoder = msgspec.json.Decoder(UnknownEvent)
+# msgspec escapes C0 controls but writes DEL, C1 controls (U+0085 is a line break to Python's
+# ``str.splitlines``) and U+2028/U+2029 raw; the format escapes them too. These byte sequences
+# only occur inside JSON strings, so replacing them keeps the JSON and its decoded value.
+_UNSAFE = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")
+
+
+def _escape_unsafe(match: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % ord(match.group().decode("utf-8"))
 
 
 def normalize_key(hash_key: bytes | str | None) -> bytes:
@@ -73,6 +82,8 @@ def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tu
         event = msgspec.structs.replace(event, h="")
     encoded = _encoder.encode(event)
     body = encoded[:-1]  # drop the closing brace; the hash field closes the object
+    if b"\x7f" in body or b"\xc2" in body or b"\xe2\x80" in body:
+        body = _UNSAFE.sub(_escape_unsafe, body)
     h = chain_hash(prev_h, body, key)
     return b"".join((body, _HASH_OPEN, h.encode("ascii"), _HASH_CLOSE, b"\n")), h
 
