@@ -1,5 +1,13 @@
 """The read side: LLM history, session catalog, snapshots and stats, all derived from the log."""
 
+from ._history import (
+    DEFAULT_MAX_MESSAGES,
+    SUMMARY_PREFIX,
+    SUMMARY_ROLE,
+    history,
+    history_with_tokens,
+)
+from ._orphans import declared_call_ids, legal_start, orphaned_tool_indices
 from ._sanitize import (
     PREVIEW_MAX_CHARS,
     content_text,
@@ -11,11 +19,19 @@ from ._sanitize import (
 from ._usage import context_start, context_tokens, token_usage_ratio
 
 __all__ = (
+    "DEFAULT_MAX_MESSAGES",
     "PREVIEW_MAX_CHARS",
+    "SUMMARY_PREFIX",
+    "SUMMARY_ROLE",
     "content_text",
     "context_start",
     "context_tokens",
+    "declared_call_ids",
+    "history",
+    "history_with_tokens",
     "image_breadcrumb",
+    "legal_start",
+    "orphaned_tool_indices",
     "preview_text",
     "sanitize_assistant_text",
     "session_preview",

@@ -1,0 +1,209 @@
+"""The LLM history: the message dicts a model call takes, derived from a folded session (pure).
+
+Rules (nanobot's ``get_history`` contract, in order):
+1. The window starts at :func:`context_start` (after ``last_consolidated`` and after the latest
+   compaction's ``upto``) and holds the newest ``max_messages`` of what follows
+   (``max_messages <= 0`` means 120).
+2. It is aligned to its first user message, keeping a ``_channel_delivery`` message just before
+   it; a window without a user message is kept as it is.
+3. Orphan tool results at the front are dropped (:func:`legal_start`).
+4. Each message becomes an entry: ``_command`` messages are skipped; assistant string content is
+   sanitised (:func:`sanitize_assistant_text`); a user message with ``media`` gets one
+   ``[image: path]`` line per non-empty path (an image-only turn becomes the breadcrumbs); with
+   ``include_timestamps`` a user turn with a ``timestamp`` gets ``[Message Time: <ts>]\\n`` in
+   front; an assistant entry left empty is dropped unless the message has ``tool_calls``,
+   ``reasoning_content`` or ``thinking_blocks``; only role, content, tool_calls, tool_call_id,
+   name, reasoning_content and thinking_blocks are kept (content defaults to ``""``).
+5. With ``max_tokens > 0`` the newest entries that fit are kept (always at least the last);
+   the result is realigned to its first user entry, or, when it has none, extended back to the
+   nearest user entry even past the budget.
+6. The result never starts on (nor holds) an orphan tool result: the legal start is applied
+   again at the end. nanobot does this only after token slicing; doing it always differs only
+   when a skipped ``_command`` message declared the call, and keeps rule 6 true for every call.
+
+Token counts are the stored ones (``MessageAppended.tokens``), never recounted. An entry whose
+text the history lengthened (breadcrumbs, time prefix) is charged its stored count plus one token
+per 4 UTF-8 bytes added, rounded up; text removed by sanitising is not credited back. So with the
+default byte counter an entry is never charged less than its own estimate.
+
+Only the window is touched: with ``max_tokens`` set, entries are built from the newest message
+backwards and building stops once the budget is spent, so the cost is O(window), not O(log).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from eventlog import MessageAppended, SessionState, estimate_tokens
+
+from ._orphans import legal_start
+from ._sanitize import image_breadcrumb, sanitize_assistant_text
+from ._usage import context_start
+
+DEFAULT_MAX_MESSAGES: Final = 120
+#: The compaction summary, when asked for, is a system message with this text before it.
+SUMMARY_ROLE: Final = "system"
+SUMMARY_PREFIX: Final = "Summary of the earlier conversation:\n"
+
+_KEPT_KEYS: Final = ("tool_calls", "tool_call_id", "name", "reasoning_content", "thinking_blocks")
+_KEEPS_EMPTY_ASSISTANT: Final = ("tool_calls", "reasoning_content", "thinking_blocks")
+
+Entry = dict[str, Any]
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int] | None:
+    """Rule 4 for one message: its entry and charged tokens, or None when it is skipped."""
+    message = event.message
+    if message.get("_command"):
+        return None
+    role = message.get("role")
+    content = message.get("content", "")
+    added = 0
+    if role == "assistant":
+        if isinstance(content, str):
+            content = sanitize_assistant_text(content)
+            if not content.strip() and not any(k in message for k in _KEEPS_EMPTY_ASSISTANT):
+                return None
+    elif role == "user" and isinstance(content, str):
+        media = message.get("media")
+        if isinstance(media, list) and media:
+            crumbs = "\n".join(image_breadcrumb(p) for p in media if isinstance(p, str) and p)
+            if content:
+                added += 1 + _utf8_len(crumbs)
+                content = f"{content}\n{crumbs}"
+            else:
+                added += _utf8_len(crumbs)
+                content = crumbs
+        if include_timestamps:
+            timestamp = message.get("timestamp")
+            if timestamp:
+                prefix = f"[Message Time: {timestamp}]\n"
+                added += _utf8_len(prefix)
+                content = prefix + content
+    entry: Entry = {"role": role, "content": content}
+    for key in _KEPT_KEYS:
+        if key in message:
+            entry[key] = message[key]
+    return entry, event.tokens + (added + 3) // 4
+
+
+def _window_start(state: SessionState, max_messages: int) -> int:
+    """Rules 1-3: the index in ``state.messages`` where the window begins."""
+    messages = state.messages
+    n = len(messages)
+    limit = max_messages if max_messages > 0 else DEFAULT_MAX_MESSAGES
+    lo = max(context_start(state), n - limit)
+    for i in range(lo, n):
+        if messages[i].message.get("role") == "user":
+            lo = i - 1 if i > lo and messages[i - 1].message.get("_channel_delivery") else i
+            break
+    return lo + legal_start(messages[i].message for i in range(lo, n))
+
+
+def _first_user(entries: list[tuple[Entry, int]]) -> int | None:
+    return next((i for i, (e, _) in enumerate(entries) if e["role"] == "user"), None)
+
+
+def _slice_tokens(
+    state: SessionState, lo: int, budget: int, include_timestamps: bool
+) -> list[tuple[Entry, int]]:
+    """Rule 5, building entries from the newest message back only as far as needed."""
+    messages = state.messages
+    kept: list[tuple[Entry, int]] = []  # newest first while collecting
+    used = 0
+    j = len(messages) - 1
+    overflow: tuple[Entry, int] | None = None
+    while j >= lo:
+        built = _build(messages[j], include_timestamps)
+        j -= 1
+        if built is None:
+            continue
+        if kept and used + built[1] > budget:
+            overflow = built
+            break
+        kept.append(built)
+        used += built[1]
+    kept.reverse()
+    first = _first_user(kept)
+    if first is not None:
+        return kept[first:]
+    # No user entry fits: recover the nearest earlier one, even past the budget.
+    extra: list[tuple[Entry, int]] = []
+    candidate = overflow
+    while candidate is not None:
+        extra.append(candidate)
+        if candidate[0]["role"] == "user":
+            extra.reverse()
+            return extra + kept
+        candidate = None
+        while j >= lo and candidate is None:
+            candidate = _build(messages[j], include_timestamps)
+            j -= 1
+    return kept
+
+
+def _summary_entry(state: SessionState) -> tuple[Entry, int] | None:
+    compaction = state.compaction
+    if compaction is None or not compaction.summary:
+        return None
+    entry: Entry = {"role": SUMMARY_ROLE, "content": SUMMARY_PREFIX + compaction.summary}
+    return entry, estimate_tokens(entry)
+
+
+def history_with_tokens(
+    state: SessionState,
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+    max_tokens: int = 0,
+    include_timestamps: bool = False,
+    *,
+    include_summary: bool = False,
+) -> list[tuple[dict[str, Any], int]]:
+    """:func:`history` with the token count each entry was charged, entry by entry."""
+    summary = _summary_entry(state) if include_summary else None
+    lo = _window_start(state, max_messages)
+    if max_tokens > 0:
+        budget = max(1, max_tokens - summary[1]) if summary else max_tokens
+        out = _slice_tokens(state, lo, budget, include_timestamps)
+    else:
+        out = [
+            b
+            for i in range(lo, len(state.messages))
+            if (b := _build(state.messages[i], include_timestamps))
+        ]
+    start = legal_start(e for e, _ in out)
+    if start:
+        out = out[start:]
+    if summary is not None:
+        out.insert(0, summary)
+    return out
+
+
+def history(
+    state: SessionState,
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+    max_tokens: int = 0,
+    include_timestamps: bool = False,
+    *,
+    include_summary: bool = False,
+) -> list[dict[str, Any]]:
+    """The messages an LLM call takes, by nanobot's ``get_history`` rules (see the module doc).
+
+    With ``include_summary`` the latest compaction summary comes first, as a ``system`` message
+    whose content is :data:`SUMMARY_PREFIX` plus the summary; it is counted (estimated, as it is
+    not a logged message) against ``max_tokens`` before the window is sliced, leaving the
+    window at least one token, so the window keeps its own rules.
+    """
+    return [
+        entry
+        for entry, _ in history_with_tokens(
+            state,
+            max_messages,
+            max_tokens,
+            include_timestamps,
+            include_summary=include_summary,
+        )
+    ]

@@ -1,0 +1,59 @@
+"""Tool-call boundaries: where a message list may legally start, and orphan clean-up (pure).
+
+Invariants (DESIGN "Precise rules", nanobot's ``find_legal_message_start``):
+- Scanning from the front, an assistant message declares the ids of its ``tool_calls`` (dict
+  items with a truthy ``id``, compared as ``str``). A ``tool`` message whose ``tool_call_id``
+  is set and not declared since the last cut is an orphan: the start moves to just after it
+  and the declared set is emptied. A tool message without an id is never an orphan here.
+- :func:`legal_start` returns the position after the last orphan (0 when there is none), so
+  ``messages[legal_start(messages):]`` never begins with, nor contains, an orphan result.
+- :func:`orphaned_tool_indices` is seed 000's stricter clean-up over a whole list: a tool
+  message is kept only when its id was declared by some assistant message anywhere in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+
+def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
+    """The tool-call ids an assistant message declares (empty for any other message)."""
+    if message.get("role") != "assistant":
+        return []
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [str(call["id"]) for call in calls if isinstance(call, Mapping) and call.get("id")]
+
+
+def legal_start(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Offset of the first message after the last orphan tool result (0 when none)."""
+    declared: set[str] = set()
+    start = 0
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            declared.update(declared_call_ids(message))
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id and str(call_id) not in declared:
+                start = i + 1
+                declared.clear()
+    return start
+
+
+def orphaned_tool_indices(messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices of tool messages whose id no assistant message in ``messages`` declared.
+
+    A tool message without an id counts as orphaned (seed 000's rule).
+    """
+    declared: set[str] = set()
+    for message in messages:
+        declared.update(declared_call_ids(message))
+    return [
+        i
+        for i, message in enumerate(messages)
+        if message.get("role") == "tool"
+        and not (message.get("tool_call_id") and str(message["tool_call_id"]) in declared)
+    ]
