@@ -64,7 +64,7 @@ from ._filestore import FileStore
 from ._fold import Compaction, SessionState, apply, fold, initial_state
 from ._memstore import MemoryStore
 from ._names import key_to_stem, stem_to_key
-from ._store import BaseStore, LoadedLog, OpenReport, Store
+from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
 from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
 from ._writer import DURABILITIES, Durability, SessionIO, SessionWriter, new_event_id
 
@@ -86,6 +86,7 @@ __all__ = (
     "ConflictError",
     "Consolidated",
     "CorruptLogError",
+    "CutReport",
     "Decoded",
     "Durability",
     "EndReason",

@@ -292,6 +292,35 @@ class FileStore(BaseStore):
     def _read_raw(self, key: str) -> bytes | None:
         return read_file(str(self.path_for(key)))
 
+    def _probe_lock(self, key: str) -> bool:
+        # A cheap probe: take and drop the flock on a read-only descriptor (no read of the log).
+        try:
+            fd = _open_nofollow(str(self.path_for(key)), _READ_FLAGS)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
+        """The log's length and its bytes from ``offset`` on, read with one ``pread``."""
+        path = str(self.path_for(key))
+        try:
+            fd = _open_nofollow(path, _READ_FLAGS)
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(key) from exc
+        try:
+            size = os.fstat(fd).st_size
+            if size <= offset:
+                return size, b""
+            return size, os.pread(fd, size - offset, offset)
+        finally:
+            os.close(fd)
+
     def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
         path = str(self.quarantine_path(key))
         record: dict[str, Any] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, Self, runtime_checkable
@@ -17,7 +17,14 @@ from typing import Any, Protocol, Self, runtime_checkable
 import msgspec
 
 from ._codec import ZERO_HASH, Decoded, Problem, TornTail, decode_log, encode_line, normalize_key
-from ._errors import CorruptLogError, NotALogError, SessionNotFoundError, StoreClosedError
+from ._errors import (
+    CorruptLogError,
+    InvalidEventError,
+    LockedError,
+    NotALogError,
+    SessionNotFoundError,
+    StoreClosedError,
+)
 from ._events import Event, Header
 from ._fold import SessionState, fold
 from ._names import check_key
@@ -33,6 +40,17 @@ class OpenReport:
     created: bool = False
     torn: TornTail | None = None
     quarantine: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CutReport:
+    """Bytes moved from the end of a log into quarantine by :meth:`BaseStore.cut`."""
+
+    key: str
+    offset: int
+    bytes: int
+    line: int
+    quarantine: str | None
 
 
 @dataclass(slots=True)
@@ -234,6 +252,111 @@ class BaseStore(abc.ABC):
                 writer.close()
             self._reports.pop(key, None)
             return self._remove(key)
+
+    # -- replay support (recover, repair, import, follow) ------------------------------------
+
+    def writer_lock_held(self, key: str) -> bool:
+        """Whether a writer other than this store's own (another process) holds ``key``'s lock."""
+        key = check_key(key)
+        own = self._writers.get(key)
+        if own is not None and not own.closed:
+            return False
+        return self._probe_lock(key)
+
+    def cut(
+        self, key: str, offset: int, *, reason: str, expect_length: int | None = None
+    ) -> CutReport | None:
+        """Move the bytes of ``key``'s log after ``offset`` into quarantine and truncate there.
+
+        Runs under the writer lock (:class:`LockedError` if another writer, or this store's own
+        open writer, holds it). ``offset`` must be a line boundary. With ``expect_length``, a log
+        whose length changed since the caller read it is left alone and None is returned.
+        """
+        key = check_key(key)
+        with self._mutex:
+            own = self._writers.get(key)
+            if own is not None and not own.closed:
+                raise LockedError(key, self._describe(key))
+            raw = self._open_raw(key, False)
+            if raw is None:
+                raise SessionNotFoundError(key)
+            try:
+                data = raw.data
+                if expect_length is not None and len(data) != expect_length:
+                    return None
+                if offset < 0 or offset > len(data) or (offset and data[offset - 1 : offset] != b"\n"):
+                    raise InvalidEventError(f"offset {offset} is not a line boundary of {raw.io.name}")
+                line = data.count(b"\n", 0, offset) + 1
+                if offset == len(data):
+                    return CutReport(key, offset, 0, line, None)
+                where = self._quarantine(key, data[offset:], reason=reason, line=line, offset=offset)
+                raw.io.truncate(offset)
+                if self.durability != "none":
+                    raw.io.sync()
+                return CutReport(key, offset, len(data) - offset, line, where)
+            finally:
+                raw.io.close()
+
+    def import_bytes(
+        self, key: str, data: bytes, *, rejected: Sequence[tuple[str, int, int, bytes]] = ()
+    ) -> str:
+        """Install a whole, valid log for ``key`` built elsewhere; never overwrite other content.
+
+        Returns ``"created"``, ``"unchanged"`` (the same bytes are already there),
+        ``"extended"`` (the stored log was a prefix of ``data``; the rest was appended) or
+        ``"clash"`` (a different log holds the key; nothing written). ``rejected`` lines
+        (reason, line, offset, bytes) go to quarantine when the session is created.
+        """
+        key = check_key(key)
+        decoded = self._decode(key, data)
+        problem = decoded.bad or decoded.torn
+        if problem is not None:
+            raise CorruptLogError(self._describe(key), problem.line, problem.reason)
+        with self._mutex:
+            if self._closed:
+                raise StoreClosedError("the store is closed")
+            own = self._writers.get(key)
+            if own is not None and not own.closed:
+                raise LockedError(key, self._describe(key))
+            raw = self._open_raw(key, True)
+            assert raw is not None
+            created = raw.created
+            try:
+                existing = raw.data
+                if existing == data:
+                    return "unchanged"
+                if existing and (not existing.endswith(b"\n") or not data.startswith(existing)):
+                    return "clash"
+                raw.io.append(data[len(existing) :])
+                if self.durability != "none":
+                    raw.io.sync()
+                if not existing:
+                    for reason, line, offset, text in rejected:
+                        self._quarantine(key, text, reason=reason, line=line, offset=offset)
+                return "extended" if existing else "created"
+            except BaseException:
+                if created:
+                    raw.io.close()
+                    self._remove(key)
+                raise
+            finally:
+                raw.io.close()
+
+    def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
+        """The log's length and its bytes from ``offset`` on (for followers)."""
+        data = self._read_raw(check_key(key))
+        if data is None:
+            raise SessionNotFoundError(key)
+        return len(data), data[offset:]
+
+    def _probe_lock(self, key: str) -> bool:
+        try:
+            raw = self._open_raw(key, False)
+        except LockedError:
+            return True
+        if raw is not None:
+            raw.io.close()
+        return False
 
     def close(self) -> None:
         """Sync and close every open writer (graceful shutdown, like nanobot's ``flush_all``)."""
