@@ -1,0 +1,164 @@
+"""The command line of the suite: choose benchmarks, run them, print and optionally record.
+
+Invariants: every benchmark runs in one scratch directory removed at the end (kept with
+``--keep``); ``HOME`` points into it while nanobot runs, so nanobot's legacy-directory lookups
+never touch the real home; a benchmark that raises is reported and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from . import _read, _replay, _write  # noqa: F401  (they register their benchmarks)
+from ._core import REGISTRY, Context, Row, load_nanobot, machine
+from ._report import machine_line, markdown, table
+
+_REPO = Path(__file__).resolve().parents[2]
+DOCS = _REPO / "docs" / "BENCHMARKS.md"
+_BEGIN = "<!-- bench:results -->"
+_END = "<!-- /bench:results -->"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer runs (< 60 s)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only these benchmarks (repeat or comma-separate); see --list",
+    )
+    p.add_argument("--runs", type=int, default=None, help="runs per figure (median taken)")
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("--dir", default=None, help="scratch directory parent (default: .bench/tmp)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    p.add_argument(
+        "--update-docs", action="store_true", help=f"write the result table into {DOCS.name}"
+    )
+    p.add_argument("--no-nanobot", action="store_true", help="skip nanobot even if installed")
+    return p
+
+
+def _scratch_parent(arg: str | None) -> Path:
+    # By default on the project's own disk, not a tmpfs: fsync figures must mean something.
+    path = Path(arg) if arg else _REPO / ".bench" / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run(
+    names: Sequence[str] = (),
+    *,
+    quick: bool = False,
+    runs: int | None = None,
+    parent: Path | None = None,
+    keep: bool = False,
+    use_nanobot: bool = True,
+    console: Console | None = None,
+) -> list[Row]:
+    """Run the named benchmarks (all when empty), print their tables, return every row."""
+    console = console or Console()
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise SystemExit(
+            f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(REGISTRY)}"
+        )
+    nb, missing = load_nanobot() if use_nanobot else (None, "skipped (--no-nanobot)")
+    root = Path(tempfile.mkdtemp(prefix="bench-", dir=parent or _scratch_parent(None)))
+    ctx = Context(
+        quick=quick,
+        root=root,
+        nanobot=nb,
+        runs=runs or (3 if quick else 5),
+        nanobot_missing=missing,
+    )
+    old_home = os.environ.get("HOME")
+    os.environ["HOME"] = str(root / "home")
+    rows: list[Row] = []
+    try:
+        for name in names or list(REGISTRY):
+            entry = REGISTRY[name]
+            t0 = time.perf_counter()
+            try:
+                got = entry.run(ctx)
+            except Exception:
+                console.print(f"[red]benchmark {name} failed:[/red]")
+                console.print(traceback.format_exc(), markup=False)
+                continue
+            rows.extend(got)
+            console.print(
+                table(
+                    got,
+                    title=f"{entry.title}  [dim](issue {entry.issue}, {time.perf_counter() - t0:.1f} s)[/dim]",
+                    nanobot_missing=missing,
+                )
+            )
+    finally:
+        if old_home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = old_home
+        if keep:
+            console.print(f"scratch kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    if nb is None:
+        console.print(f"nanobot: {missing}")
+    return rows
+
+
+def update_docs(rows: Sequence[Row], *, quick: bool, path: Path = DOCS) -> None:
+    """Replace the result section of ``docs/BENCHMARKS.md`` with these rows and this machine."""
+    block = "\n".join(
+        (
+            _BEGIN,
+            f"Measured {machine_line(machine())}{' (--quick)' if quick else ''}.",
+            "",
+            markdown(rows),
+            _END,
+        )
+    )
+    text = (
+        path.read_text(encoding="utf-8") if path.exists() else f"# Benchmarks\n\n{_BEGIN}\n{_END}\n"
+    )
+    if _BEGIN not in text:
+        text = text.rstrip("\n") + f"\n\n{_BEGIN}\n{_END}\n"
+    text = re.sub(re.escape(_BEGIN) + ".*?" + re.escape(_END), lambda _: block, text, flags=re.S)
+    path.write_text(text, encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m tools.bench``."""
+    args = _parser().parse_args(argv)
+    console = Console()
+    if args.list:
+        for entry in REGISTRY.values():
+            console.print(f"{entry.name:<10} issue {entry.issue}  {entry.title}", markup=False)
+        return 0
+    names = [n.strip() for arg in args.only for n in arg.split(",") if n.strip()]
+    facts = machine()
+    console.print(f"[bold]sessionlog benchmarks[/bold]  {machine_line(facts)}")
+    rows = run(
+        names,
+        quick=args.quick,
+        runs=args.runs,
+        parent=_scratch_parent(args.dir),
+        keep=args.keep,
+        use_nanobot=not args.no_nanobot,
+        console=console,
+    )
+    if args.update_docs:
+        update_docs(rows, quick=args.quick)
+        console.print(f"wrote {DOCS}")
+    return 0
