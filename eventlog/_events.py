@@ -104,7 +104,15 @@ class Trimmed(_Base, tag="trimmed", kw_only=True, frozen=True):
 
 
 class Cleared(_Base, tag="cleared", kw_only=True, frozen=True):
-    """Every live message was dropped and the consolidation cursor reset."""
+    """Every live message was dropped (but those at ``keep``) and the consolidation cursor reset.
+
+    ``reason`` is set when a conversation ended with the clear: ``new`` (the key starts a fresh
+    conversation; the ended one stays in the log for audit) or ``reset``. ``keep`` lists the
+    live-message indexes that survive (e.g. the system prompt on a reset), oldest first.
+    """
+
+    reason: EndReason | None = None
+    keep: list[int] = []
 
 
 class Retracted(_Base, tag="retracted", kw_only=True, frozen=True):
@@ -118,6 +126,18 @@ class LifecycleChanged(_Base, tag="lifecycle", kw_only=True, frozen=True):
 
     state: LifecycleState
     reason: EndReason | None = None
+
+
+class UsageRecorded(_Base, tag="usage", kw_only=True, frozen=True):
+    """Token usage a provider reported for one LLM call (beside the estimated counts)."""
+
+    model: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    total_tokens: int = 0
+    #: The provider's request or response id, when known.
+    call_id: str | None = None
 
 
 class UnknownEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,6 +163,7 @@ KnownEvent = (
     | Cleared
     | Retracted
     | LifecycleChanged
+    | UsageRecorded
 )
 Event = KnownEvent | UnknownEvent
 
@@ -155,4 +176,5 @@ EVENT_TYPES: Final[tuple[type[KnownEvent], ...]] = (
     Cleared,
     Retracted,
     LifecycleChanged,
+    UsageRecorded,
 )

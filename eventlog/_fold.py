@@ -8,10 +8,12 @@ Rules (the seeds' semantics):
 - ``compacted`` records the latest summary, standing for the first ``upto`` live messages.
 - ``trimmed`` drops the oldest N live messages and shifts ``last_consolidated`` and the
   compaction boundary down by N (never below 0).
-- ``cleared`` drops every live message, resets ``last_consolidated`` to 0, forgets the compaction
-  and removes ``_last_summary`` from metadata.
+- ``cleared`` drops every live message (but those it keeps), resets ``last_consolidated`` to 0,
+  forgets the compaction and removes ``_last_summary`` from metadata; with a reason (``new``,
+  ``reset``) it also records the conversation that ended in ``state.ended``.
 - ``retracted`` withdraws the newest N live messages; cursors are clamped to what is left.
 - ``lifecycle`` sets the lifecycle state and end reason.
+- ``usage`` adds a provider's reported token usage to the session's totals (and per model).
 - Unknown event types from a newer writer only advance seq, time and head.
 Every event advances ``seq``, ``updated_at``, ``head`` and records its id.
 
@@ -40,6 +42,7 @@ from ._events import (
     Retracted,
     Trimmed,
     UnknownEvent,
+    UsageRecorded,
 )
 
 
@@ -54,6 +57,34 @@ class Compaction(msgspec.Struct, kw_only=True):
     removed: int = 0
     kept: int = 0
     ts: datetime | None = None
+
+
+class UsageTotals(msgspec.Struct, kw_only=True):
+    """Provider-reported token usage added up over LLM calls."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, event: UsageRecorded) -> None:
+        """Add one call's usage."""
+        self.calls += 1
+        self.prompt_tokens += event.prompt_tokens
+        self.completion_tokens += event.completion_tokens
+        self.cached_tokens += event.cached_tokens
+        self.total_tokens += event.total_tokens or event.prompt_tokens + event.completion_tokens
+
+
+class EndedConversation(msgspec.Struct, kw_only=True):
+    """A conversation that ended inside the log (``/new`` or a reset); ``end_seq`` is its clear."""
+
+    start_seq: int
+    end_seq: int
+    reason: str
+    messages: int
+    ended_at: datetime
 
 
 class SessionState(msgspec.Struct, kw_only=True):
@@ -79,6 +110,12 @@ class SessionState(msgspec.Struct, kw_only=True):
     total_messages: int = 0
     total_tokens: int = 0
     unknown_events: int = 0
+    #: Provider-reported usage, in total and per model name.
+    usage: UsageTotals = msgspec.field(default_factory=UsageTotals)
+    usage_by_model: dict[str, UsageTotals] = {}
+    #: Conversations ended by ``/new`` or a reset, oldest first, and where the current began.
+    ended: list[EndedConversation] = []
+    conversation_start: int = 0
     #: Event id -> seq, for idempotent retries.
     ids: dict[str, int] = {}
 
@@ -88,6 +125,9 @@ class SessionState(msgspec.Struct, kw_only=True):
             self,
             metadata=dict(self.metadata),
             messages=list(self.messages),
+            usage=msgspec.structs.replace(self.usage),
+            usage_by_model={k: msgspec.structs.replace(v) for k, v in self.usage_by_model.items()},
+            ended=list(self.ended),
             ids=dict(self.ids),
         )
 
@@ -164,8 +204,21 @@ def apply(state: SessionState, event: Event) -> SessionState:
         case Trimmed():
             _drop_front(state, event.count)
         case Cleared():
-            state.messages.clear()
-            state.live_tokens = 0
+            if event.reason is not None:
+                state.ended.append(
+                    EndedConversation(
+                        start_seq=state.conversation_start,
+                        end_seq=event.seq,
+                        reason=event.reason,
+                        messages=len(state.messages),
+                        ended_at=event.ts,
+                    )
+                )
+                state.conversation_start = event.seq
+            live = len(state.messages)
+            kept = [state.messages[i] for i in sorted(set(event.keep)) if 0 <= i < live]
+            state.messages[:] = kept
+            state.live_tokens = sum(m.tokens for m in kept)
             state.last_consolidated = 0
             state.compaction = None
             state.metadata.pop("_last_summary", None)
@@ -174,6 +227,10 @@ def apply(state: SessionState, event: Event) -> SessionState:
         case LifecycleChanged():
             state.lifecycle = event.state
             state.end_reason = event.reason
+        case UsageRecorded():
+            state.usage.add(event)
+            if event.model:
+                state.usage_by_model.setdefault(event.model, UsageTotals()).add(event)
         case UnknownEvent():
             state.unknown_events += 1
         case _:

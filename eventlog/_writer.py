@@ -40,6 +40,7 @@ from ._events import (
     Retracted,
     Trimmed,
     TrimReason,
+    UsageRecorded,
 )
 from ._errors import ConflictError
 from ._fold import SessionState, apply
@@ -318,9 +319,72 @@ class SessionWriter:
             id,
         )
 
-    def clear(self, *, expected_seq: int | None = None, id: str | None = None) -> int:
-        """Drop every live message and reset the consolidation cursor."""
-        return self._append(lambda seq, ts, eid: Cleared(seq=seq, ts=ts, id=eid), expected_seq, id)
+    def clear(
+        self,
+        *,
+        keep: Iterable[int] = (),
+        reason: EndReason | None = None,
+        expected_seq: int | None = None,
+        id: str | None = None,
+    ) -> int:
+        """Drop every live message (but the indexes in ``keep``) and reset the cursor.
+
+        ``reason`` (``new`` or ``reset``) records that a conversation ended here; it stays in the
+        log for audit and in ``state.ended``.
+        """
+        kept = sorted(set(keep))
+        live = len(self._state.messages)
+        for index in kept:
+            _check_count("keep index", index)
+            if index >= live:
+                raise InvalidEventError(f"keep index {index} is past the {live} live messages")
+        if reason is not None and reason not in END_REASONS:
+            raise InvalidEventError(
+                f"end reason must be one of {', '.join(END_REASONS)}, not {reason!r}"
+            )
+        return self._append(
+            lambda seq, ts, eid: Cleared(seq=seq, ts=ts, id=eid, reason=reason, keep=kept),
+            expected_seq,
+            id,
+        )
+
+    def record_usage(
+        self,
+        *,
+        model: str | None = None,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int = 0,
+        total_tokens: int | None = None,
+        call_id: str | None = None,
+        expected_seq: int | None = None,
+        id: str | None = None,
+    ) -> int:
+        """Record the token usage a provider reported for one LLM call."""
+        _check_count("prompt_tokens", prompt_tokens)
+        _check_count("completion_tokens", completion_tokens)
+        _check_count("cached_tokens", cached_tokens)
+        total = prompt_tokens + completion_tokens if total_tokens is None else total_tokens
+        _check_count("total_tokens", total)
+        if model is not None and not isinstance(model, str):
+            raise InvalidEventError(f"model must be a str, not {model!r}")
+        if call_id is not None and not isinstance(call_id, str):
+            raise InvalidEventError(f"call_id must be a str, not {call_id!r}")
+        return self._append(
+            lambda seq, ts, eid: UsageRecorded(
+                seq=seq,
+                ts=ts,
+                id=eid,
+                model=model,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                cached_tokens=cached_tokens,
+                total_tokens=total,
+                call_id=call_id,
+            ),
+            expected_seq,
+            id,
+        )
 
     def retract(
         self, count: int = 1, *, expected_seq: int | None = None, id: str | None = None
