@@ -16,24 +16,38 @@ from ._sanitize import (
     sanitize_assistant_text,
     session_preview,
 )
+from ._trimming import (
+    FILE_MAX_MESSAGES,
+    TrimPlan,
+    apply_plan,
+    file_cap,
+    retain_recent_legal_suffix,
+    truncate_to_budget,
+)
 from ._usage import context_start, context_tokens, token_usage_ratio
 
 __all__ = (
     "DEFAULT_MAX_MESSAGES",
+    "FILE_MAX_MESSAGES",
     "PREVIEW_MAX_CHARS",
     "SUMMARY_PREFIX",
     "SUMMARY_ROLE",
+    "TrimPlan",
+    "apply_plan",
     "content_text",
     "context_start",
     "context_tokens",
     "declared_call_ids",
+    "file_cap",
     "history",
     "history_with_tokens",
     "image_breadcrumb",
     "legal_start",
     "orphaned_tool_indices",
     "preview_text",
+    "retain_recent_legal_suffix",
     "sanitize_assistant_text",
     "session_preview",
     "token_usage_ratio",
+    "truncate_to_budget",
 )

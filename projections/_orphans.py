@@ -33,13 +33,18 @@ def legal_start(messages: Iterable[Mapping[str, Any]]) -> int:
     start = 0
     for i, message in enumerate(messages):
         role = message.get("role")
-        if role == "assistant":
-            declared.update(declared_call_ids(message))
-        elif role == "tool":
+        if role == "tool":
             call_id = message.get("tool_call_id")
             if call_id and str(call_id) not in declared:
                 start = i + 1
                 declared.clear()
+        elif role == "assistant" and message.get("tool_calls"):
+            # Inlined rather than calling declared_call_ids: this loop is the history hot path.
+            calls = message["tool_calls"]
+            if isinstance(calls, list):
+                for call in calls:
+                    if (type(call) is dict or isinstance(call, Mapping)) and call.get("id"):
+                        declared.add(str(call["id"]))
     return start
 
 
