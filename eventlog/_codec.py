@@ -80,7 +80,10 @@ def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tu
     """
     if event.h:
         event = msgspec.structs.replace(event, h="")
-    encoded = _encoder.encode(event)
+    try:
+        encoded = _encoder.encode(event)
+    except UnicodeEncodeError as exc:  # a lone surrogate: not text JSON can carry
+        raise msgspec.EncodeError(f"a string is not valid Unicode: {exc}") from exc
     body = encoded[:-1]  # drop the closing brace; the hash field closes the object
     if b"\x7f" in body or b"\xc2" in body or b"\xe2\x80" in body:
         body = _UNSAFE.sub(_escape_unsafe, body)
