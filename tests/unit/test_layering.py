@@ -1,0 +1,114 @@
+"""The layering rule: ``tools -> replay -> projections -> eventlog``, checked on every import.
+
+Every ``.py`` file of the four packages is parsed with :mod:`ast`; every ``import`` and
+``from ... import`` (relative ones resolved, function-level ones included) is checked.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("eventlog", "projections", "replay", "tools")
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "eventlog": frozenset({"projections", "replay", "tools"}),
+    "projections": frozenset({"replay", "tools"}),
+    "replay": frozenset({"tools"}),
+    "tools": frozenset(),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(
+    source: bytes, name: str, *, is_package: bool = False
+) -> list[tuple[int, str]]:
+    """Every module the module ``name`` imports (absolute names), with line numbers, in order."""
+    tree = ast.parse(source, filename=name)
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if not node.level:
+                found.append((node.lineno, node.module or ""))
+                continue
+            up = node.level - 1
+            assert up <= len(package), f"{name}:{node.lineno}: relative import beyond the top"
+            base = package[: len(package) - up]
+            if node.module:
+                found.append((node.lineno, ".".join([*base, node.module])))
+            else:  # ``from .. import x`` imports the module (or package) ``x``
+                found.extend((node.lineno, ".".join([*base, a.name])) for a in node.names)
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            arg = node.args[0]
+            if (
+                called in ("import_module", "__import__")
+                and isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+            ):
+                found.append((node.lineno, arg.value))
+    return sorted(found)
+
+
+def file_imports(path: Path) -> list[tuple[int, str]]:
+    return imported_modules(
+        path.read_bytes(), module_name(path), is_package=path.name == "__init__.py"
+    )
+
+
+def python_files(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def test_every_package_has_python_files() -> None:
+    for package in PACKAGES:
+        assert python_files(package), package
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_layering(package: str) -> None:
+    violations = [
+        f"{path.relative_to(ROOT)}:{line}: imports {target}"
+        for path in python_files(package)
+        for line, target in file_imports(path)
+        if target.split(".")[0] in FORBIDDEN[package]
+    ]
+    assert violations == []
+
+
+def test_checker_sees_relative_function_level_and_dynamic_imports() -> None:
+    """The checker itself: a planted violation of each kind is found."""
+    source = (
+        b"import os\n"
+        b"from .. import replay\n"
+        b"from ..projections import history\n"
+        b"from ._codec import x\n"
+        b"def f():\n"
+        b"    import tools.cli\n"
+        b"    from projections._x import y\n"
+        b"    return importlib.import_module('replay')\n"
+    )
+    targets = [t for _, t in imported_modules(source, "eventlog._probe")]
+    assert targets == [
+        "os",
+        "replay",
+        "projections",
+        "eventlog._codec",
+        "tools.cli",
+        "projections._x",
+        "replay",
+    ]
+    in_package = imported_modules(b"from . import _x\n", "replay", is_package=True)
+    assert in_package == [(1, "replay._x")]
