@@ -1,0 +1,156 @@
+"""Reports of verify and recover: per session and for the whole store.
+
+Invariants:
+- A report's ``.ok`` is True exactly when its ``.problems`` list is empty.
+- Every problem is a :class:`Finding` ``(file, line, what)``: the log file (or store description)
+  it is about, the 1-based line it concerns (0 when it is about the file as a whole), and a
+  sentence saying what is wrong. A store report's problems are its sessions' problems, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from eventlog import ZERO_HASH
+
+
+class Finding(NamedTuple):
+    """One problem: the file, the 1-based line (0: the whole file), and what is wrong."""
+
+    file: str
+    line: int
+    what: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line} of {self.file}" if self.line else self.file
+        return f"{where}: {self.what}"
+
+
+@dataclass(slots=True)
+class SessionVerify:
+    """What verifying one session's log found."""
+
+    key: str
+    path: str
+    #: Lines read (header included) and bytes in the log.
+    lines: int = 0
+    bytes: int = 0
+    #: The last valid event's seq and chain hash.
+    seq: int = 0
+    head: str = ZERO_HASH
+    #: The snapshot or catalog records a later point than the log holds: whole lines are gone.
+    truncated: bool = False
+    #: Bytes of an unfinished last line (a crash mid-append; ``recover`` cuts it).
+    torn_bytes: int = 0
+    problems: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong with this session."""
+        return not self.problems
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What :func:`replay.verify` found, per session and for the whole store."""
+
+    sessions: list[SessionVerify] = field(default_factory=list)
+    #: Problems not tied to one session (e.g. the catalog).
+    store_problems: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when every session verified."""
+        return not self.store_problems and all(s.ok for s in self.sessions)
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Every problem found, session by session."""
+        out = list(self.store_problems)
+        for s in self.sessions:
+            out.extend(s.problems)
+        return out
+
+    @property
+    def checked(self) -> int:
+        """Sessions verified."""
+        return len(self.sessions)
+
+    @property
+    def bytes(self) -> int:
+        """Log bytes read."""
+        return sum(s.bytes for s in self.sessions)
+
+    def session(self, key: str) -> SessionVerify:
+        """The report of one session (KeyError if it was not verified)."""
+        for s in self.sessions:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+
+@dataclass(slots=True)
+class SessionRecover:
+    """What recovering one session did and found."""
+
+    key: str
+    path: str
+    #: Bytes of a torn tail cut into quarantine (0: none), and where they went.
+    tail_cut: int = 0
+    quarantine: str | None = None
+    snapshot_rebuilt: bool = False
+    #: True when the session was skipped because a live writer holds it.
+    locked: bool = False
+    problems: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is left wrong with this session."""
+        return not self.problems
+
+
+@dataclass(slots=True)
+class RecoverReport:
+    """What :func:`replay.recover` did, per session and for the whole store."""
+
+    sessions: list[SessionRecover] = field(default_factory=list)
+    catalog_rebuilt: bool = False
+    store_problems: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when every session is now sound."""
+        return not self.store_problems and all(s.ok for s in self.sessions)
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Every problem left, session by session."""
+        out = list(self.store_problems)
+        for s in self.sessions:
+            out.extend(s.problems)
+        return out
+
+    @property
+    def checked(self) -> int:
+        """Sessions checked."""
+        return len(self.sessions)
+
+    @property
+    def tails_cut(self) -> list[tuple[str, int]]:
+        """(key, bytes) of every torn tail cut into quarantine."""
+        return [(s.key, s.tail_cut) for s in self.sessions if s.tail_cut]
+
+    @property
+    def snapshots_rebuilt(self) -> list[str]:
+        """Keys whose snapshot was stale, missing or corrupt and was rebuilt."""
+        return [s.key for s in self.sessions if s.snapshot_rebuilt]
+
+    def session(self, key: str) -> SessionRecover:
+        """The report of one session (KeyError if it was not checked)."""
+        for s in self.sessions:
+            if s.key == key:
+                return s
+        raise KeyError(key)
