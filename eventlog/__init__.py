@@ -59,9 +59,19 @@ from ._events import (
     Trimmed,
     TrimReason,
     UnknownEvent,
+    UsageRecorded,
 )
 from ._filestore import FileStore
-from ._fold import Compaction, SessionState, apply, fold, initial_state
+from ._fold import (
+    Compaction,
+    EndedConversation,
+    SessionState,
+    UsageTotals,
+    apply,
+    fold,
+    initial_state,
+)
+from ._lifecycle import CleanupReport, EndHook, TrashEntry, workspace_key, workspace_prefix
 from ._memstore import MemoryStore
 from ._names import key_to_stem, stem_to_key
 from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
@@ -80,6 +90,7 @@ __all__ = (
     "ZERO_HASH",
     "BaseStore",
     "ChainCheck",
+    "CleanupReport",
     "Cleared",
     "Compacted",
     "Compaction",
@@ -89,7 +100,9 @@ __all__ = (
     "CutReport",
     "Decoded",
     "Durability",
+    "EndHook",
     "EndReason",
+    "EndedConversation",
     "Event",
     "EventLogError",
     "FileStore",
@@ -118,10 +131,13 @@ __all__ = (
     "TiktokenCounter",
     "TokenCounter",
     "TornTail",
-    "Trimmed",
+    "TrashEntry",
     "TrimReason",
+    "Trimmed",
     "UnknownEvent",
     "UnsafePathError",
+    "UsageRecorded",
+    "UsageTotals",
     "apply",
     "chain_hash",
     "decode_log",
@@ -136,4 +152,6 @@ __all__ = (
     "split_hash",
     "stem_to_key",
     "verify_chain",
+    "workspace_key",
+    "workspace_prefix",
 )

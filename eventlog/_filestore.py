@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import fcntl
 import os
@@ -28,6 +29,7 @@ from typing import Any
 import msgspec
 
 from ._errors import LockedError, NotALogError, SessionNotFoundError, StorageError, UnsafePathError
+from ._lifecycle import TrashEntry
 from ._names import key_to_stem, stem_to_key
 from ._store import BaseStore
 from ._tokens import TokenCounter
@@ -379,15 +381,40 @@ class FileStore(BaseStore):
             return False
         try:
             for path in (self.snapshot_path(key), self.quarantine_path(key), self.path_for(key)):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-                except FileNotFoundError:
-                    pass
             if self.durability != "none":
                 fsync_dir(str(self.root))
         finally:
             raw.io.close()
         return True
+
+    def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
+        from ._filetrash import move_to_trash
+
+        raw = self._open_raw(key, create=False)
+        if raw is None:
+            raise SessionNotFoundError(key)
+        try:
+            files = [self.path_for(key), self.snapshot_path(key), self.quarantine_path(key)]
+            return move_to_trash(self.root, key, files, entry_id, reason, when)
+        finally:
+            raw.io.close()
+
+    def _untrash(self, entry: TrashEntry) -> None:
+        from ._filetrash import restore_entry
+
+        restore_entry(self.root, entry)
+
+    def _purge(self, entry: TrashEntry) -> None:
+        from ._filetrash import purge_entry
+
+        purge_entry(entry)
+
+    def _trash_entries(self) -> list[TrashEntry]:
+        from ._filetrash import list_entries
+
+        return list_entries(self.root)
 
     def session_file_metadata(self, key: str) -> Mapping[str, Any]:
         """Size and modification time of ``key``'s log (for catalogs and tools)."""

@@ -7,8 +7,10 @@ object; quarantined bytes are kept in :attr:`MemoryStore.quarantined`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from ._errors import LockedError
+from ._lifecycle import TrashEntry
 from ._store import BaseStore
 from ._tokens import TokenCounter
 from ._writer import Durability
@@ -56,6 +58,7 @@ class MemoryStore(BaseStore):
         super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
         self._logs: dict[str, bytearray] = {}
         self._locked: set[str] = set()
+        self._trashed: dict[str, tuple[TrashEntry, bytearray]] = {}
         #: Bytes cut from logs, per key: (reason, line, offset, data).
         self.quarantined: dict[str, list[tuple[str, int, int, bytes]]] = {}
 
@@ -92,6 +95,23 @@ class MemoryStore(BaseStore):
             raise LockedError(key, self._describe(key))
         self.quarantined.pop(key, None)
         return self._logs.pop(key, None) is not None
+
+    def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
+        if key in self._locked:
+            raise LockedError(key, self._describe(key))
+        entry = TrashEntry(entry_id, key, when, reason, f"memory-trash:{entry_id}")
+        self._trashed[entry_id] = (entry, self._logs.pop(key))
+        return entry.location
+
+    def _untrash(self, entry: TrashEntry) -> None:
+        _, data = self._trashed.pop(entry.id)
+        self._logs[entry.key] = data
+
+    def _purge(self, entry: TrashEntry) -> None:
+        del self._trashed[entry.id]
+
+    def _trash_entries(self) -> list[TrashEntry]:
+        return [entry for entry, _ in self._trashed.values()]
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Replace a session's raw bytes (for tests and imports that build logs by hand)."""

@@ -27,6 +27,7 @@ from ._errors import (
 )
 from ._events import Event, Header
 from ._fold import SessionState, fold
+from ._lifecycle import LifecycleOps
 from ._names import check_key
 from ._tokens import TokenCounter, estimate_tokens
 from ._writer import Durability, SessionIO, SessionWriter, check_durability, new_event_id
@@ -118,7 +119,7 @@ class Store(Protocol):
         ...
 
 
-class BaseStore(abc.ABC):
+class BaseStore(LifecycleOps, abc.ABC):
     """Shared logic of the sync stores; a backend implements the abstract raw methods."""
 
     def __init__(
@@ -137,6 +138,7 @@ class BaseStore(abc.ABC):
         self._reports: dict[str, OpenReport] = {}
         self._mutex = threading.RLock()
         self._closed = False
+        self._end_hooks = []
 
     # -- backend hooks -----------------------------------------------------------------------
 
@@ -247,11 +249,19 @@ class BaseStore(abc.ABC):
         """
         key = check_key(key)
         with self._mutex:
+            final = self.state(key) if self._end_hooks and self.exists(key) else None
+            self._close_writer(key)
+            removed = self._remove(key)
+        if removed and final is not None:
+            self._ended(final, "delete")
+        return removed
+
+    def _close_writer(self, key: str) -> None:
+        with self._mutex:
             writer = self._writers.pop(key, None)
             if writer is not None:
                 writer.close()
             self._reports.pop(key, None)
-            return self._remove(key)
 
     # -- replay support (recover, repair, import, follow) ------------------------------------
 
@@ -401,14 +411,7 @@ class BaseStore(abc.ABC):
             writer = self._writers.get(key)
             if writer is not None and not writer.closed:
                 return writer
-            raw = self._open_raw(key, create)
-            if raw is None:
-                raise SessionNotFoundError(key)
-            try:
-                state, report = self._prepare(key, raw, metadata)
-            except BaseException:
-                raw.io.close()
-                raise
+            raw, state, report = self._open_checked(key, create=create, metadata=metadata)
             writer = SessionWriter(
                 key=key,
                 io=raw.io,
@@ -422,6 +425,20 @@ class BaseStore(abc.ABC):
             self._writers[key] = writer
             self._reports[key] = report
             return writer
+
+    def _open_checked(
+        self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
+    ) -> tuple[RawSession, SessionState, OpenReport]:
+        """Open ``key`` under its writer lock, cut a torn tail, fold it (the async store too)."""
+        raw = self._open_raw(key, create)
+        if raw is None:
+            raise SessionNotFoundError(key)
+        try:
+            state, report = self._prepare(key, raw, metadata)
+        except BaseException:
+            raw.io.close()
+            raise
+        return raw, state, report
 
     def _forget(self, writer: SessionWriter) -> None:
         with self._mutex:
