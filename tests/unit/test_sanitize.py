@@ -1,0 +1,109 @@
+"""Assistant replay sanitising, image breadcrumbs and the session-list preview text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from projections import (
+    PREVIEW_MAX_CHARS,
+    content_text,
+    image_breadcrumb,
+    preview_text,
+    sanitize_assistant_text,
+    session_preview,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain", "plain"),
+        ("  padded \n", "padded"),
+        ("[Message Time: 2026-11-25 10:00]\nhi", "hi"),
+        ("[Message Time: 2026-11-25 10:00]hi", "hi"),
+        ("[Message Time: a]\n[Message Time: b]\nhi", "[Message Time: b]\nhi"),
+        ("hi [Message Time: a]\nthere", "hi [Message Time: a]\nthere"),
+        ("a\n[image: /tmp/x.png]\nb", "a\nb"),
+        ("a\n[image: ~/x.png]  \nb", "a\nb"),
+        ("a\n[image: https://h/x.png]", "a\n[image: https://h/x.png]"),
+        ("see [image: /tmp/x.png] here", "see [image: /tmp/x.png] here"),
+        ("message(content='hi')\nok", "ok"),
+        ("  generate_image(prompt='cat')  \nok", "ok"),
+        ("message(a) and more", "message(a) and more"),
+        ("send_message(x)\nok", "send_message(x)\nok"),
+        ("a\r\nb\rc", "a\nb\nc"),
+        ("message(x)", ""),
+    ],
+)
+def test_sanitize_assistant_text(text: str, expected: str) -> None:
+    assert sanitize_assistant_text(text) == expected
+
+
+def test_image_breadcrumb() -> None:
+    assert image_breadcrumb("/tmp/a b.png") == "[image: /tmp/a b.png]"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("s", "s"),
+        (
+            [{"type": "text", "text": "a"}, {"type": "image_url"}, {"type": "text", "text": "b"}],
+            "a b",
+        ),
+        ([{"type": "text", "text": 3}, "loose"], ""),
+        (None, None),
+        ({"type": "text"}, None),
+    ],
+)
+def test_content_text(content: Any, expected: str | None) -> None:
+    assert content_text(content) == expected
+
+
+def test_preview_folds_whitespace_and_sanitises() -> None:
+    message = {
+        "role": "user",
+        "content": "[Message Time: x]\n  hello\n\n\tworld  \n[image: /a.png]",
+    }
+    assert preview_text(message) == "hello world"
+
+
+def test_preview_is_cut_with_an_ellipsis() -> None:
+    text = "word " * 100
+    out = preview_text({"role": "user", "content": text})
+    assert len(out) <= PREVIEW_MAX_CHARS
+    assert out.endswith("\u2026")
+    # Cut to 119 characters, right-stripped, then the ellipsis.
+    assert out == text[: PREVIEW_MAX_CHARS - 1].rstrip() + "\u2026"
+    exact = "x" * PREVIEW_MAX_CHARS
+    assert preview_text({"content": exact}) == exact
+
+
+def test_preview_of_non_text_content_is_empty() -> None:
+    assert preview_text({"role": "assistant", "content": None}) == ""
+    assert preview_text({"role": "assistant"}) == ""
+    assert preview_text({"role": "user", "content": [{"type": "image_url"}]}) == ""
+
+
+def test_session_preview_prefers_the_first_user_message() -> None:
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "assistant", "content": "first reply"},
+        {"role": "user", "content": ""},
+        {"role": "user", "content": [{"type": "text", "text": "the question"}]},
+        {"role": "user", "content": "later"},
+    ]
+    assert session_preview(messages) == "the question"
+
+
+def test_session_preview_falls_back_to_the_first_assistant_text() -> None:
+    messages = [
+        {"role": "tool", "content": "tool out"},
+        {"role": "assistant", "content": "message(x)"},
+        {"role": "assistant", "content": "proactive hello"},
+        {"role": "assistant", "content": "second"},
+    ]
+    assert session_preview(messages) == "proactive hello"
+    assert session_preview([]) == ""
