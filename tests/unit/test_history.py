@@ -53,7 +53,7 @@ def u(text: str, **extra: Any) -> Msg:
     return {"role": "user", "content": text, **extra}
 
 
-def a(text: str | None, **extra: Any) -> Msg:
+def a(text: Any, **extra: Any) -> Msg:
     return {"role": "assistant", "content": text, **extra}
 
 

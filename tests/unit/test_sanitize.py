@@ -88,7 +88,7 @@ def test_preview_of_non_text_content_is_empty() -> None:
 
 
 def test_session_preview_prefers_the_first_user_message() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},
         {"role": "assistant", "content": "first reply"},
         {"role": "user", "content": ""},
@@ -99,7 +99,7 @@ def test_session_preview_prefers_the_first_user_message() -> None:
 
 
 def test_session_preview_falls_back_to_the_first_assistant_text() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "tool", "content": "tool out"},
         {"role": "assistant", "content": "message(x)"},
         {"role": "assistant", "content": "proactive hello"},
