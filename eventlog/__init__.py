@@ -74,6 +74,8 @@ from ._fold import (
 from ._lifecycle import CleanupReport, EndHook, TrashEntry, workspace_key, workspace_prefix
 from ._memstore import MemoryStore
 from ._names import key_to_stem, stem_to_key
+from ._pg_schema import SchemaVersionError
+from ._postgres import CommitUnknownError, PostgresStore
 from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
 from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
 from ._writer import DURABILITIES, Durability, SessionIO, SessionWriter, new_event_id
@@ -92,6 +94,7 @@ __all__ = (
     "ChainCheck",
     "CleanupReport",
     "Cleared",
+    "CommitUnknownError",
     "Compacted",
     "Compaction",
     "ConflictError",
@@ -119,8 +122,10 @@ __all__ = (
     "MetadataChanged",
     "NotALogError",
     "OpenReport",
+    "PostgresStore",
     "Problem",
     "Retracted",
+    "SchemaVersionError",
     "SessionIO",
     "SessionNotFoundError",
     "SessionState",
