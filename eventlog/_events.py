@@ -94,6 +94,9 @@ class Compacted(_Base, tag="compacted", kw_only=True, frozen=True):
     removed: int = 0
     kept: int = 0
     extra: dict[str, Any] = {}
+    #: Seconds the summariser took, and the model it used, when the caller says.
+    duration: float = 0.0
+    model: str | None = None
 
 
 class Trimmed(_Base, tag="trimmed", kw_only=True, frozen=True):

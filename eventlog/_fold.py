@@ -57,6 +57,13 @@ class Compaction(msgspec.Struct, kw_only=True):
     removed: int = 0
     kept: int = 0
     ts: datetime | None = None
+    duration: float = 0.0
+    model: str | None = None
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the summary saved (before minus after)."""
+        return self.tokens_before - self.tokens_after
 
 
 class UsageTotals(msgspec.Struct, kw_only=True):
@@ -200,6 +207,8 @@ def apply(state: SessionState, event: Event) -> SessionState:
                 removed=event.removed,
                 kept=event.kept,
                 ts=event.ts,
+                duration=event.duration,
+                model=event.model,
             )
         case Trimmed():
             _drop_front(state, event.count)

@@ -261,15 +261,21 @@ class WriteAPI(abc.ABC, Generic[_R]):
         tokens_after: int = 0,
         removed: int | None = None,
         kept: int | None = None,
+        duration: float = 0.0,
+        model: str | None = None,
         expected_seq: int | None = None,
         id: str | None = None,
         **extra: Any,
     ) -> _R:
         """Record a compaction: ``summary`` now stands for the first ``upto`` live messages.
 
-        The library never calls a model: pass what your summariser produced. ``extra`` keeps any
-        other statistics (duration, model name).
+        The library never calls a model: pass what your summariser produced (``duration`` in
+        seconds, the ``model`` it used). ``extra`` keeps any other statistics.
         """
+        if isinstance(duration, bool) or not isinstance(duration, int | float) or duration < 0:
+            raise InvalidEventError(f"duration must be a number of seconds >= 0, not {duration!r}")
+        if model is not None and not isinstance(model, str):
+            raise InvalidEventError(f"model must be a str, not {model!r}")
         if not isinstance(summary, str):
             raise InvalidEventError(f"summary must be a str, not {type(summary).__name__}")
         _check_count("upto", upto)
@@ -293,6 +299,8 @@ class WriteAPI(abc.ABC, Generic[_R]):
                 removed=upto if removed is None else removed,
                 kept=len(state.messages) - upto if kept is None else kept,
                 extra=extra,
+                duration=float(duration),
+                model=model,
             )
 
         return self._write(Draft(make, lambda: _unserialisable(extra)), expected_seq, id)

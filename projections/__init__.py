@@ -1,5 +1,6 @@
 """The read side: LLM history, session catalog, snapshots and stats, all derived from the log."""
 
+from ._compaction_policy import CompactionPolicy
 from ._history import (
     DEFAULT_MAX_MESSAGES,
     SUMMARY_PREFIX,
@@ -32,6 +33,7 @@ __all__ = (
     "PREVIEW_MAX_CHARS",
     "SUMMARY_PREFIX",
     "SUMMARY_ROLE",
+    "CompactionPolicy",
     "TrimPlan",
     "apply_plan",
     "content_text",
