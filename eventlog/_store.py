@@ -180,7 +180,10 @@ class BaseStore(LifecycleOps, abc.ABC):
         cuts a torn last line into quarantine (see :meth:`open_report`) and raises
         :class:`CorruptLogError` for a bad line in the middle.
         """
-        return self._session(check_key(key), create=True, metadata=metadata)
+        key = check_key(key)
+        if metadata:
+            _check_metadata(metadata)
+        return self._session(key, create=True, metadata=metadata)
 
     def open(self, key: str) -> SessionWriter:
         """Like :meth:`session`, but raise :class:`SessionNotFoundError` for a new key."""
@@ -449,9 +452,9 @@ class BaseStore(LifecycleOps, abc.ABC):
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
     ) -> tuple[SessionState, OpenReport]:
         data = raw.data
-        torn_header = not data.endswith(b"\n") and b"\n" not in data and data.startswith(
-            b'{"type":"header"'
-        )
+        # A header cut anywhere, even inside its first bytes, is a crash while creating it.
+        start = b'{"type":"header"'
+        torn_header = b"\n" not in data and (data.startswith(start) or start.startswith(data))
         if not data or torn_header:
             # A new session, or a crash while its header was being written.
             quarantine = None
@@ -493,3 +496,16 @@ class BaseStore(LifecycleOps, abc.ABC):
             created_at=now,
             metadata=dict(metadata or {}),
         )
+
+
+def _check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidEventError` (before anything is written) for unencodable metadata."""
+    for name, value in dict(metadata).items():
+        if not isinstance(name, str):
+            raise InvalidEventError(f"metadata keys must be str, not {name!r}")
+        try:
+            msgspec.json.encode(value)
+        except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
+            raise InvalidEventError(
+                f"metadata field {name!r} is not JSON-serialisable: {exc}"
+            ) from exc
