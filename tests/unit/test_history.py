@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -414,3 +414,29 @@ def test_history_from_a_writer() -> None:
     assert out[0]["content"].startswith("[Message Time: ")
     assert out[0]["content"].endswith("Plan a trip\n[image: /tmp/map.png]")
     assert out[3]["content"] == "Go in April."
+
+
+class _Untouchable:
+    """Stands for a message outside the window: any use of it fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"history touched a message outside its window (.{name})")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_messages": 50},
+        {"max_messages": 50, "max_tokens": 10},
+        {"max_messages": 50, "max_tokens": 10**6, "include_timestamps": True},
+    ],
+)
+def test_history_touches_only_its_window(kwargs: dict[str, Any]) -> None:
+    tail = [u("q"), *[a(f"a{i}") for i in range(60)]]
+    state = build(tail, tokens=[20] * len(tail))
+    # 10,000 messages before the newest 61 that history must never look at.
+    outside = cast(list[MessageAppended], [_Untouchable()] * 10_000)
+    state.messages[:0] = outside
+    out = projections.history(state, **kwargs)
+    assert out and out[-1]["content"] == "a59"
+    assert all(m["role"] == "assistant" for m in out)
