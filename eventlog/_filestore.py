@@ -29,15 +29,19 @@ from typing import Any
 import msgspec
 
 from ._errors import LockedError, NotALogError, SessionNotFoundError, StorageError, UnsafePathError
+from ._fileviews import read_from, read_view, remove_file, scan_logs, write_atomic
 from ._lifecycle import TrashEntry
 from ._names import key_to_stem, stem_to_key
 from ._store import BaseStore
 from ._tokens import TokenCounter
+from ._views import LogStat
 from ._writer import Durability
 
 LOG_SUFFIX = ".jsonl"
 QUARANTINE_SUFFIX = ".quarantine"
 SNAPSHOT_SUFFIX = ".snapshot"
+#: The session catalog, in the store root (a leading dot: never a log's name).
+CATALOG_NAME = ".catalog"
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -415,6 +419,37 @@ class FileStore(BaseStore):
         from ._filetrash import list_entries
 
         return list_entries(self.root)
+
+    # -- derived views (snapshots, catalog) ----------------------------------------------------
+
+    def snapshot_bytes(self, key: str) -> bytes | None:
+        """The stored snapshot of ``key`` (None when there is none)."""
+        return read_view(str(self.snapshot_path(key)))
+
+    def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Replace (or with None, remove) ``key``'s snapshot atomically."""
+        if data is None:
+            remove_file(str(self.snapshot_path(key)))
+        else:
+            write_atomic(str(self.root), self.snapshot_path(key).name, data)
+
+    def catalog_bytes(self) -> bytes | None:
+        """The stored session catalog (None when there is none)."""
+        return read_view(str(self.root / CATALOG_NAME))
+
+    def put_catalog(self, data: bytes) -> None:
+        """Replace the session catalog atomically."""
+        write_atomic(str(self.root), CATALOG_NAME, data)
+
+    def scan_logs(self) -> list[LogStat]:
+        """Every log file (name, size, inode, mtime) from one directory scan."""
+        return scan_logs(str(self.root), LOG_SUFFIX)
+
+    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
+        """A log file named by :meth:`scan_logs`: its length and bytes from ``offset`` on."""
+        if "/" in name or name.startswith(".") or not name.endswith(LOG_SUFFIX):
+            raise UnsafePathError(name, "not a log file name of this store")
+        return read_from(str(self.root / name), offset)
 
     def session_file_metadata(self, key: str) -> Mapping[str, Any]:
         """Size and modification time of ``key``'s log (for catalogs and tools)."""

@@ -12,6 +12,7 @@ from datetime import datetime
 from ._errors import LockedError
 from ._lifecycle import TrashEntry
 from ._store import BaseStore
+from ._views import LogStat
 from ._tokens import TokenCounter
 from ._writer import Durability
 
@@ -30,6 +31,7 @@ class _MemoryIO:
 
     def truncate(self, size: int) -> None:
         del self._store._logs[self._key][size:]
+        self._store._cuts[self._key] = self._store._cuts.get(self._key, 0) + 1
 
     def size(self) -> int:
         return len(self._store._logs[self._key])
@@ -61,6 +63,10 @@ class MemoryStore(BaseStore):
         self._trashed: dict[str, tuple[TrashEntry, bytearray]] = {}
         #: Bytes cut from logs, per key: (reason, line, offset, data).
         self.quarantined: dict[str, list[tuple[str, int, int, bytes]]] = {}
+        #: Derived views: snapshots per key, the catalog, and truncations per key (for scans).
+        self._snapshots: dict[str, bytes] = {}
+        self._catalog: bytes | None = None
+        self._cuts: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._logs)} sessions)"
@@ -94,6 +100,7 @@ class MemoryStore(BaseStore):
         if key in self._locked:
             raise LockedError(key, self._describe(key))
         self.quarantined.pop(key, None)
+        self._snapshots.pop(key, None)
         return self._logs.pop(key, None) is not None
 
     def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
@@ -112,6 +119,35 @@ class MemoryStore(BaseStore):
 
     def _trash_entries(self) -> list[TrashEntry]:
         return [entry for entry, _ in self._trashed.values()]
+
+    def snapshot_bytes(self, key: str) -> bytes | None:
+        """The stored snapshot of ``key`` (None when there is none)."""
+        return self._snapshots.get(key)
+
+    def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Replace (or with None, remove) ``key``'s snapshot."""
+        if data is None:
+            self._snapshots.pop(key, None)
+        else:
+            self._snapshots[key] = bytes(data)
+
+    def catalog_bytes(self) -> bytes | None:
+        """The stored session catalog (None when there is none)."""
+        return self._catalog
+
+    def put_catalog(self, data: bytes) -> None:
+        """Replace the session catalog."""
+        self._catalog = bytes(data)
+
+    def scan_logs(self) -> list[LogStat]:
+        """Every log: its key as name, length, buffer identity and truncation count."""
+        cuts = self._cuts
+        return [LogStat(k, len(v), id(v), cuts.get(k, 0)) for k, v in self._logs.items()]
+
+    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
+        """The log of key ``name``: its length and bytes from ``offset`` on."""
+        log = self._logs.get(name)
+        return None if log is None else (len(log), bytes(log[offset:]))
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Replace a session's raw bytes (for tests and imports that build logs by hand)."""

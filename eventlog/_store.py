@@ -30,6 +30,7 @@ from ._fold import SessionState, fold
 from ._lifecycle import LifecycleOps
 from ._names import check_key
 from ._tokens import TokenCounter, estimate_tokens
+from ._views import ViewStorage
 from ._writer import Durability, SessionIO, SessionWriter, check_durability, new_event_id
 
 
@@ -68,6 +69,9 @@ class LoadedLog:
     torn: TornTail | None = None
     #: A bad line in the middle (only when the caller asked for the readable prefix).
     bad: Problem | None = None
+    #: The seq of the snapshot the state was restored from (0: none); ``events`` holds only
+    #: the events after it.
+    snapshot_seq: int = 0
 
 
 class RawSession(Protocol):
@@ -119,7 +123,7 @@ class Store(Protocol):
         ...
 
 
-class BaseStore(LifecycleOps, abc.ABC):
+class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
     """Shared logic of the sync stores; a backend implements the abstract raw methods."""
 
     def __init__(
@@ -193,21 +197,28 @@ class BaseStore(LifecycleOps, abc.ABC):
         """What opening ``key`` found in this process (torn tail, quarantine), if opened."""
         return self._reports.get(key)
 
-    def load(self, key: str, *, prefix: bool = False) -> LoadedLog:
+    def load(self, key: str, *, prefix: bool = False, snapshot: bool = True) -> LoadedLog:
         """Read and fold a session without its writer lock, changing nothing.
 
         A torn tail is reported, not cut. A bad line in the middle raises
-        :class:`CorruptLogError` unless ``prefix`` asks for the readable prefix.
+        :class:`CorruptLogError` unless ``prefix`` asks for the readable prefix. With a valid
+        snapshot (and ``snapshot`` true, ``prefix`` false) only the log after it is read, and
+        ``events`` holds only the events after it (see ``snapshot_seq``).
         """
         key = check_key(key)
-        data = self._read_raw(key)
-        if data is None:
-            raise SessionNotFoundError(key)
-        decoded = self._decode(key, data)
+        restored = self._restore(key, None) if snapshot and not prefix else None
+        if restored is not None:
+            snap, _, decoded, state = restored
+        else:
+            data = self._read_raw(key)
+            if data is None:
+                raise SessionNotFoundError(key)
+            decoded = self._decode(key, data)
         if decoded.bad is not None and not prefix:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
         assert decoded.header is not None
-        state = fold(decoded.header, decoded.events)
+        if restored is None:
+            state = fold(decoded.header, decoded.events)
         return LoadedLog(
             key=key,
             path=self._describe(key),
@@ -217,6 +228,7 @@ class BaseStore(LifecycleOps, abc.ABC):
             valid_length=decoded.valid_length,
             torn=decoded.torn,
             bad=decoded.bad,
+            snapshot_seq=snap.seq if restored is not None else 0,
         )
 
     def state(self, key: str) -> SessionState:
@@ -228,7 +240,7 @@ class BaseStore(LifecycleOps, abc.ABC):
 
     def events(self, key: str) -> Iterator[Event]:
         """Iterate over a session's events, oldest first."""
-        return iter(self.load(key).events)
+        return iter(self.load(key, snapshot=False).events)
 
     def read_bytes(self, key: str) -> bytes:
         """Return a session's log bytes exactly as stored."""
@@ -447,6 +459,7 @@ class BaseStore(LifecycleOps, abc.ABC):
         with self._mutex:
             if self._writers.get(writer.key) is writer:
                 del self._writers[writer.key]
+        self._snapshot_on_close(writer)
 
     def _prepare(
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
@@ -470,7 +483,8 @@ class BaseStore(LifecycleOps, abc.ABC):
                 raw.io.sync()
             header = msgspec.structs.replace(header, h=h)
             return fold(header, ()), OpenReport(key, created=not data, torn=torn, quarantine=quarantine)
-        decoded = self._decode(key, data)
+        restored = self._restore(key, data)
+        decoded = restored[2] if restored is not None else self._decode(key, data)
         if decoded.bad is not None:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
         assert decoded.header is not None
@@ -484,6 +498,8 @@ class BaseStore(LifecycleOps, abc.ABC):
             if self.durability != "none":
                 raw.io.sync()
             report = OpenReport(key, torn=torn, quarantine=where)
+        if restored is not None:
+            return restored[3], report
         return fold(decoded.header, decoded.events), report
 
     def _new_header(self, key: str, metadata: Mapping[str, Any] | None) -> Header:

@@ -1,0 +1,242 @@
+"""Where a store keeps its derived views (snapshots, the catalog), and snapshot use on open.
+
+A backend overrides the storage hooks (:meth:`ViewStorage.snapshot_bytes`,
+:meth:`~ViewStorage.put_snapshot`, :meth:`~ViewStorage.catalog_bytes`,
+:meth:`~ViewStorage.put_catalog`, :meth:`~ViewStorage.scan_logs`, :meth:`~ViewStorage.read_log`);
+the defaults keep nothing and scan through the public API, which is always correct, only slower.
+
+Invariants:
+- Views are derived: losing or damaging one loses nothing; a view that disagrees with the log is
+  ignored and rebuilt from the log.
+- Snapshot policy: a snapshot is written when a writer closes and its session has at least
+  :attr:`ViewStorage.snapshot_every` events past the snapshot it opened from (or past the header,
+  when it opened without one); and on demand (:meth:`~ViewStorage.write_snapshot`, which
+  ``replay.recover`` and ``projections.rebuild_snapshot`` use). Appends never write one, so the
+  hot path never pays for it, and loading never writes anything.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ._codec import Decoded
+from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
+from ._fold import SessionState, fold
+from ._snapshot import (
+    Snapshot,
+    SnapshotError,
+    SnapshotHealth,
+    anchor_from,
+    anchor_of,
+    check_anchor,
+    decode_snapshot,
+    encode_snapshot,
+    make_snapshot,
+    resume,
+)
+
+if TYPE_CHECKING:
+    from ._writer import SessionWriter
+
+
+@dataclass(frozen=True, slots=True)
+class LogStat:
+    """One log as a directory scan sees it: its name in the store, size, identity, mtime."""
+
+    name: str
+    size: int
+    #: Changes when the log is replaced (a new file, or bytes put in place of others).
+    ino: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStatus:
+    """What a session's snapshot is worth: ``missing``, ``valid``, ``stale`` or ``corrupt``."""
+
+    key: str
+    health: SnapshotHealth
+    #: The snapshot's seq (0 when missing or corrupt).
+    seq: int = 0
+    #: Complete log lines after the snapshot (valid snapshots only).
+    behind: int = 0
+    reason: str = ""
+    #: True when the call that returned this wrote a new snapshot.
+    written: bool = False
+
+
+class ViewStorage(abc.ABC):
+    """Storage hooks for derived views, and the snapshot logic every store shares."""
+
+    #: Events past the last snapshot that make a closing writer write a new one.
+    snapshot_every: int = 256
+    _hash_key: bytes
+
+    # -- what the store itself provides --------------------------------------------------------
+
+    @abc.abstractmethod
+    def keys(self) -> list[str]:
+        """Every session key."""
+
+    @abc.abstractmethod
+    def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
+        """The log's length and its bytes from ``offset`` on."""
+
+    @abc.abstractmethod
+    def read_bytes(self, key: str) -> bytes:
+        """The whole log."""
+
+    @abc.abstractmethod
+    def _decode(self, key: str, data: bytes) -> Decoded:
+        """Decode a whole log, checking its header names ``key``."""
+
+    @abc.abstractmethod
+    def _describe(self, key: str) -> str:
+        """Where ``key`` lives, for messages."""
+
+    # -- storage hooks (override in a backend) -------------------------------------------------
+
+    def snapshot_bytes(self, key: str) -> bytes | None:
+        """The stored snapshot of ``key`` (None: none kept)."""
+        return None
+
+    def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Store (or with None, remove) the snapshot of ``key``, atomically."""
+        return None
+
+    def catalog_bytes(self) -> bytes | None:
+        """The stored session catalog (None: none kept)."""
+        return None
+
+    def put_catalog(self, data: bytes) -> None:
+        """Store the session catalog, atomically."""
+        return None
+
+    def scan_logs(self) -> list[LogStat]:
+        """Every log, as one directory scan sees it (the default reads every log's length)."""
+        stats: list[LogStat] = []
+        for key in self.keys():
+            try:
+                size, _ = self.read_tail(key, 1 << 62)
+            except SessionNotFoundError:
+                continue
+            stats.append(LogStat(key, size, 0, 0))
+        return stats
+
+    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
+        """A log named as :meth:`scan_logs` names it: its length and bytes from ``offset``."""
+        try:
+            return self.read_tail(name, offset)
+        except SessionNotFoundError:
+            return None
+
+    # -- snapshots -------------------------------------------------------------------------------
+
+    def snapshot_status(self, key: str) -> SnapshotStatus:
+        """Check ``key``'s snapshot against its log (reads the log from the snapshot on)."""
+        blob = self.snapshot_bytes(key)
+        if blob is None:
+            return SnapshotStatus(key, "missing")
+        try:
+            snap = decode_snapshot(blob, key, self._hash_key)
+        except SnapshotError as exc:
+            return SnapshotStatus(key, "corrupt", reason=str(exc))
+        try:
+            _, tail = self.read_tail(key, snap.line_start)
+        except SessionNotFoundError:
+            return SnapshotStatus(key, "stale", snap.seq, reason="the log is gone")
+        problem = check_anchor(snap, tail, self._hash_key)
+        if problem is not None:
+            return SnapshotStatus(key, "stale", snap.seq, reason=problem)
+        behind = tail.count(b"\n", snap.offset - snap.line_start)
+        return SnapshotStatus(key, "valid", snap.seq, behind=behind)
+
+    def write_snapshot(self, key: str, *, rebuild: bool = False) -> SnapshotStatus:
+        """Bring ``key``'s snapshot up to the end of its log; with ``rebuild``, from the log alone.
+
+        A valid snapshot is extended by the lines after it; a missing, stale or corrupt one (or
+        any with ``rebuild``) is replaced by a fold of the whole log. A log with no events gets
+        no snapshot.
+
+        Raises:
+            CorruptLogError: the log has a bad line (nothing is written).
+            SessionNotFoundError: there is no such session.
+        """
+        restored = None if rebuild else self._restore(key, None)
+        if restored is not None:
+            snap, tail, decoded, state = restored
+            if decoded.bad is not None:
+                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+            if not decoded.events:
+                return SnapshotStatus(key, "valid", snap.seq)
+            header = snap.header
+            anchor = anchor_of(tail, snap.line_start, decoded, anchor_from(snap))
+        else:
+            data = self.read_bytes(key)
+            decoded = self._decode(key, data)
+            if decoded.bad is not None:
+                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+            assert decoded.header is not None
+            header = decoded.header
+            state = fold(header, decoded.events)
+            anchor = anchor_of(data, 0, decoded, None)
+        if anchor is None:
+            return SnapshotStatus(key, "missing", reason="the log has no events")
+        try:
+            blob = encode_snapshot(make_snapshot(header, state, anchor), self._hash_key)
+        except (msgspec.EncodeError, OverflowError) as exc:
+            self.put_snapshot(key, None)
+            return SnapshotStatus(key, "missing", reason=f"state cannot be snapshotted: {exc}")
+        self.put_snapshot(key, blob)
+        self._snapshot_seqs()[key] = anchor.seq
+        return SnapshotStatus(key, "valid", anchor.seq, written=True)
+
+    # -- used by the store when opening and closing ---------------------------------------------
+
+    def _snapshot_seqs(self) -> dict[str, int]:
+        seqs: dict[str, int] | None = self.__dict__.get("_snapshot_seq_by_key")
+        if seqs is None:
+            seqs = self.__dict__.setdefault("_snapshot_seq_by_key", {})
+        return seqs
+
+    def _restore(
+        self, key: str, data: bytes | None
+    ) -> tuple[Snapshot, bytes, Decoded, SessionState] | None:
+        """Open from the snapshot: (snapshot, log from its line, decoded tail, state), or None.
+
+        ``data`` is the whole log when the caller already holds it; otherwise only the part
+        from the snapshot's line on is read. None means: no usable snapshot, read the log.
+        """
+        blob = self.snapshot_bytes(key)
+        if blob is None:
+            return None
+        try:
+            snap = decode_snapshot(blob, key, self._hash_key)
+        except SnapshotError:
+            return None
+        if data is None:
+            try:
+                _, tail = self.read_tail(key, snap.line_start)
+            except SessionNotFoundError:
+                return None
+        else:
+            tail = data[snap.line_start :]
+        if check_anchor(snap, tail, self._hash_key) is not None:
+            return None
+        decoded = resume(snap, tail, self._hash_key)
+        state = fold(snap.header, decoded.events, snap.state)
+        self._snapshot_seqs()[key] = snap.seq
+        return snap, tail, decoded, state
+
+    def _snapshot_on_close(self, writer: SessionWriter) -> None:
+        """The close half of the snapshot policy; a failure only means no snapshot."""
+        base = self._snapshot_seqs().get(writer.key, 0)
+        if self.snapshot_every <= 0 or writer.state.seq - base < self.snapshot_every:
+            return
+        with contextlib.suppress(EventLogError, OSError):
+            self.write_snapshot(writer.key)
