@@ -1,0 +1,50 @@
+"""The JSON Schema of a log line (format version 1), generated from the event types.
+
+Generated with msgspec from the very structs the codec encodes and decodes, so it cannot drift
+from the code; :func:`line_schema` adds what the structs do not say: ``h`` is required and is
+32 lowercase hex digits, ``seq`` is never negative, a message has a non-empty ``role``.
+``docs/event-schema.json`` is this function's output (a test keeps it current).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ._events import FORMAT_VERSION, Header, KnownEvent
+
+SCHEMA_ID = "https://sessionlog.invalid/schema/line-v1.json"
+
+
+def line_schema() -> dict[str, Any]:
+    """The JSON Schema every line of a version-1 log (header or known event) satisfies."""
+    schema: dict[str, Any] = msgspec.json.schema(Header | KnownEvent)
+    for definition in schema["$defs"].values():
+        props = definition.get("properties", {})
+        if "h" in props:
+            props["h"] = {
+                "type": "string",
+                "pattern": "^[0-9a-f]{32}$",
+                "description": "blake2b-128 of the previous line's h and this line's bytes "
+                "before the h field (the header chains from 32 zeros)",
+            }
+            required = definition.setdefault("required", [])
+            if "h" not in required:
+                required.append("h")
+        if "seq" in props:
+            props["seq"] = {"type": "integer", "minimum": 0}
+        for name in ("ts", "created_at"):
+            if name in props:
+                props[name] = {"type": "string", "format": "date-time"}
+    message = schema["$defs"]["MessageAppended"]["properties"]["message"]
+    message["required"] = ["role"]
+    message["properties"] = {"role": {"type": "string", "minLength": 1}}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = SCHEMA_ID
+    schema["title"] = f"sessionlog log line, format version {FORMAT_VERSION}"
+    schema["description"] = (
+        "One line of a session log: the header (first line) or an event. Readers keep events "
+        "of a type they do not know (from a newer writer) and pass them through."
+    )
+    return schema
