@@ -1,0 +1,349 @@
+"""nanobot's ``SessionManager`` over a :class:`eventlog.FileStore`: saves append, never rewrite.
+
+Layout: the store lives in ``<workspace>/sessions/.eventlog/`` (one hash-chained JSONL log per
+session, named by the collision-free key encoding). nanobot's own files stay where nanobot put
+them, ``<workspace>/sessions/*.jsonl``, untouched: they are imported once, on first access, and a
+ledger (``.eventlog/.nanobot-imports.jsonl``) records each import and each deletion.
+
+Invariants:
+- ``save`` appends only what changed since the last save (:mod:`._nanobot_diff`): new
+  messages, a dropped prefix (``trimmed``), withdrawn newest messages (``retracted``), a clear
+  (``cleared``), a moved ``last_consolidated`` (``consolidated``), metadata keys set and removed
+  (``metadata``). Bad input raises before anything is written.
+- ``save(fsync=False)`` leaves the lines in the page cache, like nanobot; ``fsync=True`` makes
+  them durable (and a log file created by this process gets its directory synced once).
+- A nanobot file is imported at most once (by its file name) and a deleted key is never
+  imported again, even if a nanobot file for it is still there.
+- One manager per workspace per process holds the sessions it has open (the store's writer
+  lock); :meth:`SessionManager.close` (or garbage collection) releases them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import projections
+from eventlog import EventLogError, FileStore, InvalidEventError, key_to_stem
+
+from ._nanobot_diff import TAIL_CHECK, diff_messages
+from ._nanobot_session import Binding, Session, local_time, valid_cursor, value_copy
+
+logger = logging.getLogger("tools.nanobot")
+
+STORE_DIRNAME = ".eventlog"
+LEDGER_NAME = ".nanobot-imports.jsonl"
+
+
+class SessionManager:
+    """Manages conversation sessions (nanobot's API), stored as append-only event logs."""
+
+    def __init__(self, workspace: Path | str) -> None:
+        self.workspace = Path(workspace)
+        self.sessions_dir = self.workspace / "sessions"
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        #: The event store (``<workspace>/sessions/.eventlog``).
+        self.store = FileStore(self.sessions_dir / STORE_DIRNAME, durability="none")
+        self._cache: dict[str, Session] = {}
+        self._lock = threading.RLock()
+        self._imported = False
+        self._finalizer = weakref.finalize(self, self.store.close)
+
+    # -- nanobot's API -------------------------------------------------------------------------
+
+    @staticmethod
+    def safe_key(key: str) -> str:
+        """A stable, filesystem-safe, collision-free file stem for ``key``."""
+        return key_to_stem(key)
+
+    def get_or_create(self, key: str) -> Session:
+        """Get a cached or stored session, or a new empty one (not stored until saved)."""
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                return cached
+            self._ensure_imported()
+            session = self._load(key)
+            if session is None:
+                session = Session(key=key)
+            self._cache[key] = session
+            return session
+
+    def save(self, session: Session, *, fsync: bool = False) -> None:
+        """Append what changed since the last save; with ``fsync`` make it durable."""
+        with self._lock:
+            self._ensure_imported()
+            binding = self._binding(session)
+            self._write_changes(session, binding)
+            if fsync:
+                binding.writer.flush()
+                if binding.new_file:
+                    _fsync_dir(self.store.root)
+                    binding.new_file = False
+            self._cache[session.key] = session
+
+    def flush_all(self) -> int:
+        """Save every cached session with fsync; return how many were flushed."""
+        flushed = 0
+        with self._lock:
+            for key, session in list(self._cache.items()):
+                try:
+                    self.save(session, fsync=True)
+                    flushed += 1
+                except Exception:
+                    logger.warning("Failed to flush session %s", key, exc_info=True)
+        return flushed
+
+    def invalidate(self, key: str) -> None:
+        """Drop a session from the cache (and release its log); the next access re-reads it."""
+        with self._lock:
+            session = self._cache.pop(key, None)
+            if session is not None and session._log is not None and session._log.owner is self:
+                session._log.writer.close()
+
+    def delete_session(self, key: str) -> bool:
+        """Remove a session for good (it is never imported again); True if it existed."""
+        with self._lock:
+            self._ensure_imported()
+            self.invalidate(key)
+            try:
+                existed = self.store.delete(key)
+            except EventLogError as exc:
+                logger.warning("Failed to delete session %s: %s", key, exc)
+                return False
+            self._record({"event": "deleted", "key": key})
+            return existed
+
+    def read_session_file(self, key: str) -> dict[str, Any] | None:
+        """Read a session from its log without caching it; None if it does not exist."""
+        self._ensure_imported()
+        if not self.store.exists(key):
+            return None
+        try:
+            loaded = self.store.load(key, prefix=True)
+        except EventLogError as exc:
+            logger.warning("Failed to read session %s: %s", key, exc)
+            return None
+        state = loaded.state
+        return {
+            "key": state.key,
+            "created_at": local_time(state.created_at).isoformat(),
+            "updated_at": local_time(state.updated_at).isoformat(),
+            "metadata": state.metadata,
+            "messages": state.message_dicts,
+        }
+
+    def list_sessions(self) -> list[dict[str, Any]]:
+        """Every stored session (key, created_at, updated_at, title, preview, path), newest first."""
+        self._ensure_imported()
+        rows = projections.list_sessions(self.store)
+        out = [
+            {
+                "key": row.key,
+                "created_at": local_time(row.created_at).isoformat(),
+                "updated_at": local_time(row.updated_at).isoformat(),
+                "title": row.title if isinstance(row.title, str) else "",
+                "preview": row.preview,
+                "path": str(self.store.path_for(row.key)),
+            }
+            for row in rows
+        ]
+        out.sort(key=lambda row: row["updated_at"], reverse=True)
+        return out
+
+    # -- beyond nanobot --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release every open log (the writer locks); cached sessions are dropped, not saved."""
+        with self._lock:
+            self._cache.clear()
+            self._finalizer()
+
+    def __enter__(self) -> SessionManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _load(self, key: str) -> Session | None:
+        if not self.store.exists(key):
+            return None
+        writer = self.store.open(key)
+        state = writer.state
+        session = Session(
+            key=key,
+            messages=list(state.message_dicts),
+            created_at=local_time(state.created_at),
+            updated_at=local_time(state.updated_at),
+            metadata=value_copy(state.metadata),
+            last_consolidated=state.last_consolidated,
+        )
+        session._log = Binding.from_state(writer, self, self.store.token_counter)
+        return session
+
+    def _binding(self, session: Session) -> Binding:
+        binding = session._log
+        if (
+            binding is not None
+            and binding.owner is self
+            and not binding.writer.closed
+            and binding.writer.key == session.key
+        ):
+            return binding
+        exists = self.store.exists(session.key)
+        writer = self.store.session(session.key, metadata=value_copy(session.metadata))
+        binding = Binding.from_state(writer, self, self.store.token_counter, new_file=not exists)
+        session._log = binding
+        return binding
+
+    def _write_changes(self, session: Session, binding: Binding) -> None:
+        """Append the events that bring the log to the session's messages, cursor and metadata."""
+        writer = binding.writer
+        current = session.messages
+        if not isinstance(current, list):
+            raise InvalidEventError(
+                f"session {session.key!r}: messages must be a list, not {type(current).__name__}"
+            )
+        diff = diff_messages(binding.saved, current, binding.tail)
+        appended = current[diff.keep :]
+        state = writer.state
+        # Everything is checked and copied before the first write: bad input writes nothing.
+        for message in appended:
+            _check_message(session.key, message)
+        if not isinstance(session.metadata, dict):
+            raise InvalidEventError(f"session {session.key!r}: metadata must be a dict")
+        before = dict(state.metadata)
+        if diff.clear:
+            before.pop("_last_summary", None)
+        removed = [name for name in before if name not in session.metadata]
+        try:
+            copies: list[dict[str, Any]] = value_copy(appended)
+            changed = _metadata_changes(before, session.metadata)
+        except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+            raise InvalidEventError(
+                f"session {session.key!r}: not JSON-serialisable: {exc}"
+            ) from exc
+        try:
+            if diff.clear:
+                writer.clear()
+            else:
+                if diff.trim:
+                    writer.trim(diff.trim, session._trim_reason)
+                if diff.retract:
+                    writer.retract(diff.retract)
+            for copy in copies:
+                writer.append_message_dict(copy)
+            cursor = valid_cursor(session.last_consolidated, len(current))
+            if writer.state.last_consolidated != cursor:
+                writer.mark_consolidated(cursor)
+            if changed or removed:
+                writer.update_metadata(set=changed, unset=removed)
+        except BaseException:
+            # Whatever was written is in the state: diff against it (by value) next time.
+            session._log = Binding.from_state(writer, self, binding.counter)
+            raise
+        session._trim_reason = "truncate"
+        plain = not (diff.clear or diff.trim or diff.retract)
+        binding.saved = list(current)
+        if plain and len(copies) < TAIL_CHECK:
+            binding.tail = (binding.tail + copies)[-TAIL_CHECK:]
+        else:
+            binding.tail = value_copy(current[-TAIL_CHECK:])
+
+    # -- import and ledger ---------------------------------------------------------------------
+
+    @property
+    def ledger_path(self) -> Path:
+        """The ledger of imported nanobot files and deleted keys."""
+        return self.store.root / LEDGER_NAME
+
+    def _read_ledger(self) -> tuple[set[str], set[str]]:
+        files: set[str] = set()
+        deleted: set[str] = set()
+        try:
+            data = self.ledger_path.read_bytes()
+        except FileNotFoundError:
+            return files, deleted
+        for line in data.splitlines():
+            try:
+                record = msgspec.json.decode(line, type=dict[str, Any])
+            except msgspec.DecodeError:
+                continue  # a torn last record: the import it names is retried (idempotent)
+            if record.get("event") == "deleted" and isinstance(record.get("key"), str):
+                deleted.add(record["key"])
+            elif isinstance(record.get("file"), str):
+                files.add(record["file"])
+        return files, deleted
+
+    def _record(self, record: dict[str, Any]) -> None:
+        record = {"at": datetime.now(UTC).isoformat(), **record}
+        fd = os.open(
+            self.ledger_path,
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+            0o600,
+        )
+        try:
+            os.write(fd, msgspec.json.encode(record) + b"\n")
+        finally:
+            os.close(fd)
+
+    def _ensure_imported(self) -> None:
+        if self._imported:
+            return
+        with self._lock:
+            if not self._imported:
+                self._import_workspace()
+                self._imported = True
+
+    def _import_workspace(self) -> None:
+        pass  # TODO: replay's nanobot importer
+
+
+def _metadata_changes(before: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``metadata`` whose value is new, as value copies.
+
+    A value that differs from the logged one only in type (a tuple where the log reads back a
+    list) is not a change, so it is not written again on every save.
+    """
+    changed: dict[str, Any] = {}
+    for name, value in metadata.items():
+        if not isinstance(name, str):
+            raise InvalidEventError(f"metadata keys must be str, not {name!r}")
+        if name in before and before[name] == value:
+            continue
+        copy = value_copy(value)
+        if name not in before or before[name] != copy:
+            changed[name] = copy
+    return changed
+
+
+def _check_message(key: str, message: object) -> None:
+    if not isinstance(message, dict):
+        raise InvalidEventError(
+            f"session {key!r}: a message must be a dict, not {type(message).__name__}"
+        )
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise InvalidEventError(
+            f"session {key!r}: message role must be a non-empty str, not {role!r}"
+        )
+    for name in message:
+        if not isinstance(name, str):
+            raise InvalidEventError(f"session {key!r}: message keys must be str, not {name!r}")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
