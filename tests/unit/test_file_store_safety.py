@@ -1,0 +1,356 @@
+"""The file store at its edges: names, permissions, symlinks, foreign files, corruption, locks."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from eventlog import (
+    CorruptLogError,
+    FileStore,
+    LockedError,
+    MessageAppended,
+    NotALogError,
+    UnsafePathError,
+    decode_log,
+    verify_chain,
+)
+
+ROOT_DIR = Path(__file__).resolve().parents[2]
+
+KEYS = [
+    "a:b",
+    "a_b",
+    "../x",
+    "..",
+    "/",
+    "/etc/passwd",
+    "nul\x00byte",
+    "k" * 4096,
+    "k" * 4095 + "j",
+    "\u6771\u4eac:\U0001f338",
+    "Case",
+    "case",
+    "CASE",
+    unicodedata.normalize("NFC", "caf\u00e9"),
+    unicodedata.normalize("NFD", "caf\u00e9"),
+]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "sessions"
+
+
+@pytest.fixture
+def store(root: Path) -> Iterator[FileStore]:
+    with FileStore(root, durability="none") as store:
+        yield store
+
+
+def quarantine_records(store: FileStore, key: str) -> list[dict[str, Any]]:
+    lines = store.quarantine_path(key).read_bytes().splitlines()
+    return [msgspec.json.decode(line) for line in lines]
+
+
+def quarantined_bytes(record: dict[str, Any]) -> bytes:
+    if "text" in record:
+        text: str = record["text"]
+        return text.encode("utf-8")
+    return base64.b64decode(record["base64"])
+
+
+# -- names ------------------------------------------------------------------------------------
+
+
+def test_every_key_gets_its_own_file_inside_root(root: Path, store: FileStore) -> None:
+    assert len({unicodedata.normalize("NFC", k) for k in KEYS}) < len(KEYS)  # NFC/NFD differ
+    for i, key in enumerate(KEYS):
+        store.session(key).append_message("user", str(i))
+    store.close()
+    files = sorted(p.name for p in root.iterdir())
+    assert len(files) == len(KEYS)
+    assert all(p.is_file() and not p.is_symlink() for p in root.iterdir())
+    assert sorted(p.name for p in root.parent.iterdir()) == ["sessions"]  # nothing escaped
+    for name in files:
+        assert len(name.encode()) <= 255 and name.endswith(".jsonl")
+    reopened = FileStore(root)
+    assert reopened.keys() == sorted(KEYS)
+    for i, key in enumerate(KEYS):
+        assert reopened.path_for(key).parent == root
+        assert reopened.load(key).state.message_dicts[0]["content"] == str(i)
+        assert reopened.load(key).header.key == key
+
+
+def test_store_directory_symlink_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(UnsafePathError):
+        FileStore(link)
+
+
+# -- permissions ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o077, 0o022])
+def test_files_0600_and_directory_0700_whatever_the_umask(tmp_path: Path, mask: int) -> None:
+    old = os.umask(mask)
+    try:
+        root = tmp_path / "deep" / "sessions"
+        store = FileStore(root, durability="always")
+        s = store.session("k")
+        s.append_message("user", "x")
+        s.close()
+        # A torn tail makes a quarantine file beside the log.
+        with open(store.path_for("k"), "ab") as f:
+            f.write(b'{"type":"message"')
+        store.session("k").close()
+        store.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    made = sorted(root.iterdir())
+    assert [p.suffix for p in made] == [".jsonl", ".quarantine"]
+    for path in made:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+# -- symlinks and foreign files ---------------------------------------------------------------
+
+
+def test_symlink_at_a_log_path_is_refused(tmp_path: Path, store: FileStore) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_bytes(b"do not touch\n")
+    link = store.path_for("k")
+    link.symlink_to(target)
+    with pytest.raises(UnsafePathError):
+        store.session("k")
+    with pytest.raises(UnsafePathError):
+        store.load("k")
+    with pytest.raises(UnsafePathError):
+        store.delete("k")
+    assert link.is_symlink()
+    assert target.read_bytes() == b"do not touch\n"
+    assert stat.S_IMODE(target.stat().st_mode) != 0 and target.stat().st_size == 13
+
+
+def test_dangling_symlink_is_refused_and_not_created_through(
+    tmp_path: Path, store: FileStore
+) -> None:
+    target = tmp_path / "would-be-created"
+    store.path_for("k").symlink_to(target)
+    with pytest.raises(UnsafePathError):
+        store.session("k")
+    assert not target.exists()
+
+
+def test_symlink_at_the_quarantine_path_is_refused(tmp_path: Path, store: FileStore) -> None:
+    store.session("k").append_message("user", "x")
+    store.close()
+    with open(store.path_for("k"), "ab") as f:
+        f.write(b'{"type":"mess')
+    target = tmp_path / "precious.txt"
+    target.write_bytes(b"keep")
+    store.quarantine_path("k").symlink_to(target)
+    with pytest.raises(UnsafePathError):
+        FileStore(store.root).session("k")
+    assert target.read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"hello world\n",
+        b"hello",
+        b'{"_type": "metadata", "key": "k", "created_at": "2026-01-01"}\n{"role": "user"}\n',
+        b"\x00\xff\xfe binary",
+        b'{"type":"header","key":"k"}\n',
+        b"\n\n",
+    ],
+)
+def test_foreign_file_is_refused_and_left_untouched(store: FileStore, content: bytes) -> None:
+    path = store.path_for("k")
+    path.write_bytes(content)
+    os.chmod(path, 0o644)
+    with pytest.raises(NotALogError) as info:
+        store.session("k")
+    assert info.value.path == str(path)
+    with pytest.raises(NotALogError):
+        store.load("k")
+    assert path.read_bytes() == content
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert not store.quarantine_path("k").exists()
+
+
+def test_another_sessions_log_under_this_name_is_refused(store: FileStore) -> None:
+    store.session("a").append_message("user", "x")
+    store.close()
+    data = store.path_for("a").read_bytes()
+    store.path_for("b").write_bytes(data)
+    other = FileStore(store.root)
+    with pytest.raises(NotALogError, match="'a'"):
+        other.session("b")
+    assert store.path_for("b").read_bytes() == data
+
+
+# -- corruption and torn tails ----------------------------------------------------------------
+
+
+def write_messages(store: FileStore, key: str, n: int) -> bytes:
+    s = store.session(key)
+    for i in range(n):
+        s.append_message("user", f"message {i}")
+    s.close()
+    return store.path_for(key).read_bytes()
+
+
+def test_corruption_in_the_middle(root: Path, store: FileStore) -> None:
+    data = write_messages(store, "k", 5)
+    lines = data.splitlines(keepends=True)
+    bad = bytearray(data)
+    bad[len(lines[0]) + len(lines[1]) + 30] ^= 0x01  # inside line 3 (the second message)
+    path = store.path_for("k")
+    path.write_bytes(bytes(bad))
+    fresh = FileStore(root)
+    with pytest.raises(CorruptLogError) as info:
+        fresh.session("k")
+    assert info.value.path == str(path)
+    assert info.value.line == 3
+    assert f"line 3 of {path}" in str(info.value)
+    with pytest.raises(CorruptLogError):
+        fresh.load("k")
+    loaded = fresh.load("k", prefix=True)
+    assert [e.seq for e in loaded.events] == [1]
+    assert loaded.bad is not None and loaded.bad.line == 3
+    assert loaded.valid_length == len(lines[0]) + len(lines[1])
+    assert path.read_bytes() == bytes(bad)
+    assert not fresh.quarantine_path("k").exists()
+    fresh.close()
+
+
+def test_torn_tail_is_cut_into_quarantine(root: Path, store: FileStore) -> None:
+    data = write_messages(store, "k", 3)
+    torn = b'{"type":"message","seq":4,"ts":"2026-\xff'
+    path = store.path_for("k")
+    path.write_bytes(data + torn)
+    loaded = FileStore(root).load("k")  # read-only: reports, cuts nothing
+    assert loaded.torn is not None and loaded.torn.data == torn
+    assert path.read_bytes() == data + torn
+    fresh = FileStore(root)
+    s = fresh.session("k")
+    report = fresh.open_report("k")
+    assert report is not None and report.torn is not None
+    assert report.quarantine == str(fresh.quarantine_path("k"))
+    assert report.torn.offset == len(data) and report.torn.line == 5
+    assert path.read_bytes() == data
+    (record,) = quarantine_records(fresh, "k")
+    assert quarantined_bytes(record) == torn and "base64" in record
+    assert record["offset"] == len(data) and record["line"] == 5 and record["key"] == "k"
+    assert s.append_message("user", "after") == 4
+    assert verify_chain(path.read_bytes()).problems == []
+    fresh.close()
+
+
+# -- concurrency and locks --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("durability", "threads", "each"), [("batch", 8, 200), ("always", 4, 25)])
+def test_threads_append_durably(root: Path, durability: str, threads: int, each: int) -> None:
+    store = FileStore(root, durability=durability)
+    s = store.session("k")
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(each):
+                s.append_message("user", f"{n}:{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert errors == []
+    store.close()
+    decoded = decode_log(store.path_for("k").read_bytes())
+    assert decoded.bad is None and decoded.torn is None
+    assert [e.seq for e in decoded.events] == list(range(1, threads * each + 1))
+    contents = [e.message["content"] for e in decoded.events if isinstance(e, MessageAppended)]
+    assert sorted(contents) == sorted(f"{n}:{i}" for n in range(threads) for i in range(each))
+
+
+def test_second_store_object_gets_locked_error(root: Path, store: FileStore) -> None:
+    s = store.session("k")
+    s.append_message("user", "x")
+    other = FileStore(root, durability="none")
+    with pytest.raises(LockedError) as info:
+        other.session("k")
+    assert info.value.key == "k"
+    with pytest.raises(LockedError):
+        other.delete("k")
+    assert len(other.load("k").events) == 1  # reading needs no lock
+    s.close()
+    assert other.session("k").append_message("user", "y") == 2
+    with pytest.raises(LockedError):
+        store.session("k")
+    other.close()
+
+
+def test_lock_timeout_waits_then_fails(root: Path, store: FileStore) -> None:
+    store.session("k")
+    other = FileStore(root, durability="none", lock_timeout=0.05)
+    with pytest.raises(LockedError):
+        other.session("k")
+
+
+CHILD = """
+import sys, time
+from eventlog import FileStore
+store = FileStore(sys.argv[1], durability="always")
+store.session("k").append_message("user", "from the child")
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_killed_holder_does_not_block(root: Path) -> None:
+    root.mkdir(mode=0o700)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(root)],
+        stdout=subprocess.PIPE,
+        cwd=ROOT_DIR,
+        env={**os.environ, "PYTHONPATH": str(ROOT_DIR)},
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"ready\n"
+        store = FileStore(root, durability="none")
+        with pytest.raises(LockedError):
+            store.session("k")
+        assert store.writer_lock_held("k")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        if child.stdout is not None:
+            child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    s = store.session("k")
+    assert s.state.message_dicts[0]["content"] == "from the child"
+    assert s.append_message("user", "after the crash") == 2
+    store.close()
