@@ -180,7 +180,7 @@ def test_compact(store: MemoryStore, writer: SessionWriter) -> None:
     assert isinstance(event, Compacted)
     assert (event.summary, event.upto, event.removed, event.kept) == ("summary", 3, 3, 2)
     assert (event.tokens_before, event.tokens_after) == (900, 100)
-    assert event.extra == {"model": "m", "seconds": 1.5}
+    assert (event.model, event.extra) == ("m", {"seconds": 1.5})
     assert writer.state.compaction is not None and writer.state.compaction.upto == 3
     writer.compact("again", 1, removed=7, kept=9)
     again = logged(store)[-1]
