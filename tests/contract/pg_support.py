@@ -1,0 +1,75 @@
+"""Fixtures of the PostgreSQL tests: the server from ``SESSIONLOG_TEST_PG``, one schema per test.
+
+Without the variable every PostgreSQL test is skipped with a message saying how to run it.
+Each test gets a fresh schema named ``t_<random>`` that is dropped afterwards, so parallel runs
+and leftovers never interfere.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from eventlog import PostgresStore
+
+ENV = "SESSIONLOG_TEST_PG"
+SKIP_REASON = (
+    f"PostgreSQL tests need a server: set {ENV}, e.g. "
+    f"{ENV}=postgresql://postgres@127.0.0.1:5432/test (see docs/postgres.md)"
+)
+
+
+def pg_dsn() -> str:
+    """The DSN of the test server, or skip the test with how to run it."""
+    dsn = os.environ.get(ENV)
+    if not dsn:
+        pytest.skip(SKIP_REASON)
+    return dsn
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    """Drop a test schema and everything in it."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def dsn() -> str:
+    """The test server's DSN (skips without ``SESSIONLOG_TEST_PG``)."""
+    return pg_dsn()
+
+
+@pytest.fixture
+def schema(dsn: str) -> Iterator[str]:
+    """A fresh schema name for this test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        drop_schema(dsn, name)
+
+
+StoreFactory = Callable[..., PostgresStore]
+
+
+@pytest.fixture
+def make_pg(dsn: str, schema: str) -> Iterator[StoreFactory]:
+    """Open PostgresStores on this test's schema (each another 'process'); closed afterwards."""
+    stores: list[PostgresStore] = []
+
+    def make(**kwargs: Any) -> PostgresStore:
+        kwargs.setdefault("schema", schema)
+        kwargs.setdefault("pool_size", 4)
+        store = PostgresStore(dsn, **kwargs)
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close()

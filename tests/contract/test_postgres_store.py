@@ -1,0 +1,451 @@
+# ruff: noqa: F811 - the fixtures imported from pg_support are named as test arguments
+"""The PostgreSQL store: same bytes as files, many writers, faults, schema versions.
+
+Every test runs against the server named by ``SESSIONLOG_TEST_PG`` in a schema of its own; each
+``make_pg()`` call is a separate store with its own connection pool, standing in for another
+process or machine.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pg_support import StoreFactory, dsn, make_pg, schema  # noqa: F401
+
+from eventlog import (
+    CommitUnknownError,
+    ConflictError,
+    CorruptLogError,
+    FileStore,
+    PostgresStore,
+    SchemaVersionError,
+    SessionNotFoundError,
+    StorageError,
+    decode_log,
+    verify_chain,
+)
+from eventlog._postgres import _PgIO
+
+pytestmark = pytest.mark.postgres
+
+
+def _conversation(store: Any, key: str = "telegram:42") -> None:
+    s = store.session(key, metadata={"agent": "kyoto"})
+    s.append_message("user", "Plan a trip to Kyoto", media=["/tmp/map.png"])
+    s.append_message(
+        "assistant",
+        None,
+        tool_calls=[{"id": "call_1", "type": "function", "function": {"name": "web_search"}}],
+    )
+    s.append_message("tool", "Blossoms peak in April.", tool_call_id="call_1", name="web_search")
+    s.update_metadata(set={"title": "Kyoto trip"})
+    s.mark_consolidated(1)
+    s.compact("The user plans a Kyoto trip.", upto=1, tokens_before=900, tokens_after=40)
+    s.append_message("user", "ünïcödé \u2028 line sep", extra={"n": [1, 2.5, None]})
+    s.set_lifecycle("idle")
+
+
+# -- the log: same bytes, same chain ---------------------------------------------------------
+
+
+def test_log_round_trips_byte_identical_with_the_file_store(
+    make_pg: StoreFactory, tmp_path: Path
+) -> None:
+    files = FileStore(tmp_path / "a", durability="none")
+    _conversation(files)
+    original = files.read_bytes("telegram:42")
+    pg = make_pg()
+    assert pg.import_bytes("telegram:42", original) == "created"
+    assert pg.read_bytes("telegram:42") == original
+    assert pg.import_bytes("telegram:42", original) == "unchanged"
+    # Written in PostgreSQL, exported to files, read back: still the same bytes.
+    _conversation(pg, "slack:7")
+    exported = pg.read_bytes("slack:7")
+    back = FileStore(tmp_path / "b", durability="none")
+    assert back.import_bytes("slack:7", exported) == "created"
+    assert back.read_bytes("slack:7") == exported
+    assert back.state("slack:7") == pg.state("slack:7")
+    assert not verify_chain(exported).problems
+    assert pg.load("telegram:42").state == files.load("telegram:42").state
+    files.close()
+    back.close()
+
+
+def test_keyed_chain_verifies_with_the_key_only(make_pg: StoreFactory) -> None:
+    pg = make_pg(hash_key="s3cret")
+    _conversation(pg)
+    data = pg.read_bytes("telegram:42")
+    assert not verify_chain(data, key=b"s3cret").problems
+    assert verify_chain(data).problems
+
+
+def test_import_extends_a_prefix_and_refuses_a_clash(make_pg: StoreFactory, tmp_path: Path) -> None:
+    files = FileStore(tmp_path, durability="none")
+    _conversation(files, "a:1")
+    full = files.read_bytes("a:1")
+    prefix = full[: full.index(b"\n", full.index(b"\n") + 1) + 1]  # header and one event
+    pg = make_pg()
+    assert pg.import_bytes("a:1", prefix) == "created"
+    assert pg.import_bytes("a:1", full) == "extended"
+    assert pg.read_bytes("a:1") == full
+    assert pg.state("a:1") == files.state("a:1")
+    files.delete("a:1")
+    _conversation(files, "a:1")  # another log under the same key
+    assert pg.import_bytes("a:1", files.read_bytes("a:1")) == "clash"
+    assert pg.read_bytes("a:1") == full
+    files.close()
+
+
+def test_tampered_row_is_reported_with_its_line(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg()
+    _conversation(pg)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'UPDATE "{pg.schema}".events SET line = convert_to(replace(convert_from(line, %s), %s, %s), %s) '
+            "WHERE key = %s AND seq = 3",
+            ("UTF8", "Blossoms", "Blossomz", "UTF8", "telegram:42"),
+        )
+    with pytest.raises(CorruptLogError) as info:
+        make_pg().load("telegram:42")
+    assert info.value.line == 4  # header is line 1
+
+
+# -- many writers ----------------------------------------------------------------------------
+
+
+def test_writers_in_two_stores_see_each_other(make_pg: StoreFactory) -> None:
+    a, b = make_pg(), make_pg()
+    wa = a.session("k:1")
+    assert wa.append_message("user", "one") == 1
+    wb = b.session("k:1")
+    assert wb.seq == 1
+    assert wb.append_message("assistant", "two") == 2
+    assert wa.append_message("user", "three") == 3  # caught up inside the append
+    assert [m.message["content"] for m in wa.state.messages] == ["one", "two", "three"]
+    assert a.state("k:1") == b.state("k:1")
+
+
+def test_expected_seq_conflict_writes_nothing(make_pg: StoreFactory) -> None:
+    a, b = make_pg(), make_pg()
+    wa, wb = a.session("k:1"), b.session("k:1")
+    wa.append_message("user", "one")
+    wb.append_message("user", "two", expected_seq=1)
+    with pytest.raises(ConflictError) as info:
+        wa.append_message("user", "lost the race", expected_seq=1)
+    assert (info.value.expected, info.value.actual) == (1, 2)
+    assert b.state("k:1").seq == 2
+    assert b"lost the race" not in b.read_bytes("k:1")
+
+
+def test_retried_event_id_is_written_once_across_stores(make_pg: StoreFactory) -> None:
+    a, b = make_pg(), make_pg()
+    assert a.session("k:1").append_message("user", "hi", id="evt-1") == 1
+    assert b.session("k:1").append_message("user", "hi", id="evt-1") == 1
+    assert b.session("k:1").append_message("user", "next") == 2
+    assert a.state("k:1").seq == 2
+    assert a.committed("k:1", "evt-1") == 1
+
+
+def test_threads_on_many_stores_never_leave_a_gap(make_pg: StoreFactory) -> None:
+    stores = [make_pg() for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def work(store: PostgresStore, n: int) -> None:
+        try:
+            w = store.session("shared:1")
+            for i in range(25):
+                w.append_message("user", f"t{n}-{i}", id=f"t{n}-{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(stores[n % 3], n)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    loaded = make_pg().load("shared:1")
+    assert [e.seq for e in loaded.events] == list(range(1, 151))
+    assert len({e.id for e in loaded.events}) == 150
+
+
+def _process_writer(dsn: str, schema: str, tag: str, count: int) -> None:
+    with PostgresStore(dsn, schema=schema, pool_size=1) as store:
+        w = store.session("proc:1")
+        for i in range(count):
+            w.append_message("user", f"{tag}-{i}", id=f"{tag}-{i}")
+
+
+def test_two_processes_on_one_session(make_pg: StoreFactory, dsn: str, schema: str) -> None:
+    make_pg().session("proc:1")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_process_writer, args=(dsn, schema, tag, 40)) for tag in ("p", "q")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    events = make_pg().load("proc:1").events
+    assert [e.seq for e in events] == list(range(1, 81))
+    assert sorted(e.id for e in events) == sorted(f"{t}-{i}" for t in "pq" for i in range(40))
+
+
+def test_sessions_lock_independently(make_pg: StoreFactory) -> None:
+    a, b = make_pg(), make_pg()
+    a.session("busy:1")
+    b.session("free:1")
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with a.batch("busy:1") as w:
+            w.append_message("user", "inside a long transaction")
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    blocked_done = threading.Event()
+
+    def blocked() -> None:
+        b.session("busy:1").append_message("user", "waits for the row lock")
+        blocked_done.set()
+
+    waiter = threading.Thread(target=blocked)
+    waiter.start()
+    # Another session is not blocked by the held row lock...
+    assert b.session("free:1").append_message("user", "not blocked") == 1
+    # ...but the same session is, until the holder commits.
+    assert not blocked_done.wait(0.3)
+    release.set()
+    holder.join()
+    waiter.join()
+    assert [e.seq for e in b.load("busy:1").events] == [1, 2]
+
+
+def test_batch_is_one_transaction_and_rolls_back_whole(make_pg: StoreFactory) -> None:
+    pg = make_pg()
+    w = pg.session("b:1")
+    with pg.batch("b:1") as bw:
+        for i in range(5):
+            bw.append_message("user", f"m{i}")
+    assert make_pg().state("b:1").seq == 5
+    with pytest.raises(RuntimeError), pg.batch("b:1") as bw:
+        bw.append_message("user", "never")
+        raise RuntimeError("abort the batch")
+    assert make_pg().state("b:1").seq == 5
+    assert w.append_message("user", "after") == 6  # the writer's state was rebuilt
+    assert [m.message["content"] for m in w.state.messages][-2:] == ["m4", "after"]
+
+
+def test_delete_is_seen_by_other_writers(make_pg: StoreFactory) -> None:
+    a, b = make_pg(), make_pg()
+    wb = b.session("gone:1")
+    wb.append_message("user", "hi")
+    assert a.delete("gone:1")
+    assert not a.exists("gone:1")
+    with pytest.raises(SessionNotFoundError):
+        wb.append_message("user", "into the void")
+    assert not a.delete("gone:1")
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+def _kill_backend(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+
+
+def test_connection_dropped_before_the_write_writes_nothing(
+    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg = make_pg()
+    w = pg.session("drop:1")
+    w.append_message("user", "one")
+    real = _PgIO._write
+
+    def dropped(self: _PgIO, conn: psycopg.Connection[Any], state: Any) -> None:
+        _kill_backend(dsn, conn)
+        real(self, conn, state)
+
+    monkeypatch.setattr(_PgIO, "_write", dropped)
+    with pytest.raises(StorageError) as info:
+        w.append_message("user", "two", id="evt-2")
+    assert not isinstance(info.value, CommitUnknownError)
+    assert "nothing was written" in str(info.value)
+    monkeypatch.setattr(_PgIO, "_write", real)
+    assert pg.committed("drop:1", "evt-2") is None
+    assert w.append_message("user", "two", id="evt-2") == 2
+    assert [e.seq for e in make_pg().load("drop:1").events] == [1, 2]
+
+
+def test_lost_commit_acknowledgement_is_reported_and_a_retry_is_safe(
+    make_pg: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg = make_pg()
+    w = pg.session("ack:1")
+    w.append_message("user", "one")
+    real_commit = psycopg.Connection.commit
+
+    def commit_then_drop(conn: psycopg.Connection[Any]) -> None:
+        real_commit(conn)  # the server has it...
+        raise psycopg.OperationalError(
+            "server closed the connection unexpectedly"
+        )  # ...we don't know
+
+    def commit_then_drop_once(conn: psycopg.Connection[Any]) -> None:
+        monkeypatch.setattr(psycopg.Connection, "commit", real_commit)
+        commit_then_drop(conn)
+
+    monkeypatch.setattr(psycopg.Connection, "commit", commit_then_drop_once)
+    with pytest.raises(CommitUnknownError) as info:
+        w.append_message("user", "two", id="evt-2")
+    monkeypatch.setattr(psycopg.Connection, "commit", real_commit)
+    assert info.value.event_ids == ("evt-2",)
+    assert info.value.durable_unknown
+    assert pg.committed("ack:1", "evt-2") == 2
+    assert w.append_message("user", "two", id="evt-2") == 2  # the retry: no duplicate
+    assert w.append_message("user", "three") == 3
+    assert [e.seq for e in make_pg().load("ack:1").events] == [1, 2, 3]
+
+
+def test_commit_on_a_killed_connection_is_unknown_then_resolved(
+    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg = make_pg()
+    w = pg.session("kill:1")
+    real_commit = psycopg.Connection.commit
+
+    def killed(conn: psycopg.Connection[Any]) -> None:
+        monkeypatch.setattr(psycopg.Connection, "commit", real_commit)  # only this commit
+        _kill_backend(dsn, conn)
+        real_commit(conn)
+
+    monkeypatch.setattr(psycopg.Connection, "commit", killed)
+    with pytest.raises(CommitUnknownError):
+        w.append_message("user", "maybe", id="evt-1")
+    monkeypatch.setattr(psycopg.Connection, "commit", real_commit)
+    assert pg.committed("kill:1", "evt-1") is None  # the server rolled it back
+    assert w.append_message("user", "maybe", id="evt-1") == 1
+    assert [e.id for e in make_pg().load("kill:1").events] == ["evt-1"]
+
+
+def test_server_down_is_a_clear_error_naming_host_and_port(schema: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    start = time.monotonic()
+    with pytest.raises(StorageError) as info:
+        PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/test", schema=schema)
+    assert time.monotonic() - start < 5
+    assert f"127.0.0.1:{port}" in str(info.value)
+    assert info.value.action == "connect"
+
+
+def test_silent_server_times_out_within_the_connect_timeout(schema: str) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # accepts the TCP connection, never answers the startup packet
+        port = silent.getsockname()[1]
+        start = time.monotonic()
+        with pytest.raises(StorageError) as info:
+            PostgresStore(
+                f"postgresql://postgres@127.0.0.1:{port}/test", schema=schema, connect_timeout=2
+            )
+        elapsed = time.monotonic() - start
+    assert elapsed < 6
+    assert f"127.0.0.1:{port}" in str(info.value)
+
+
+def test_newer_schema_is_refused(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{pg.schema}".schema_version (version, description) VALUES (999, %s)',
+            ("from the future",),
+        )
+    with pytest.raises(SchemaVersionError) as info:
+        make_pg()
+    assert (info.value.found, info.value.known) == (999, 1)
+
+
+# -- catalog, snapshots, notifications --------------------------------------------------------
+
+
+def test_catalog_row_matches_the_fold(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg()
+    _conversation(pg, "kyoto:telegram:42")
+    state = pg.state("kyoto:telegram:42")
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            f"SELECT seq, head, messages, live_tokens, total_tokens, title, lifecycle, "
+            f"agent, channel, peer, summary, size, preview "
+            f'FROM "{pg.schema}".sessions WHERE key = %s',
+            ("kyoto:telegram:42",),
+        ).fetchone()
+    assert row is not None
+    assert row[:7] == (
+        state.seq,
+        state.head,
+        len(state.messages),
+        state.live_tokens,
+        state.total_tokens,
+        "Kyoto trip",
+        "idle",
+    )
+    assert row[7:11] == ("kyoto", "telegram", "42", "The user plans a Kyoto trip.")
+    assert row[11] == len(pg.read_bytes("kyoto:telegram:42"))
+    assert row[12] == [{"role": "user", "content": "Plan a trip to Kyoto"}]
+
+
+def test_snapshot_opens_the_same_state_and_a_bad_one_loses_to_the_log(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    pg = make_pg(snapshot_every=0)
+    _conversation(pg)
+    assert pg.save_snapshot("telegram:42") == 8
+    pg.session("telegram:42").append_message("user", "after the snapshot")
+    expected = pg.state("telegram:42")
+    assert make_pg().session("telegram:42").state == expected
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{pg.schema}".snapshots SET head = %s', ("0" * 32,))
+    assert make_pg().state("telegram:42") == expected
+
+
+def test_snapshots_are_written_every_n_events(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg(snapshot_every=10)
+    w = pg.session("snap:1")
+    for i in range(25):
+        w.append_message("user", f"m{i}")
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f'SELECT seq FROM "{pg.schema}".snapshots').fetchone()
+    assert row == (20,)
+    assert make_pg().state("snap:1") == w.state
+
+
+def test_appends_notify_listeners(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg()
+    w = pg.session("n:1")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{pg._sql.channel}"')
+        w.append_message("user", "ping")
+        got = next(listener.notifies(timeout=5, stop_after=1))
+    assert got.payload == "n:1\n1"
+
+
+def test_decoded_export_has_the_header_first(make_pg: StoreFactory) -> None:
+    pg = make_pg()
+    _conversation(pg)
+    decoded = decode_log(pg.read_bytes("telegram:42"))
+    assert decoded.header is not None and decoded.header.key == "telegram:42"
+    assert decoded.bad is None and decoded.torn is None
+    assert pg.keys() == ["telegram:42"]
