@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import projections
 from eventlog import ConflictError, InvalidEventError, MemoryStore, SessionWriter
@@ -294,3 +296,69 @@ def test_truncate_rejects_a_bad_budget() -> None:
         truncate_to_budget(s.state, budget=0)
     with pytest.raises(InvalidEventError, match="headroom"):
         truncate_to_budget(s.state, budget=10, headroom=0.9, threshold=0.8)
+
+
+# -- against plain list versions of the rules --------------------------------------------------
+
+messages_st = st.lists(
+    st.one_of(
+        st.builds(u, st.just("u")),
+        st.builds(a, st.just("a")),
+        st.builds(lambda i: a("c", i), st.sampled_from(["x", "y"])),
+        st.builds(t, st.sampled_from(["x", "y", None])),
+    ),
+    max_size=25,
+)
+
+
+def nanobot_retain(messages: list[Msg], max_messages: int) -> list[Msg]:
+    """retain_recent_legal_suffix over a plain list (max_messages > 0)."""
+    if len(messages) <= max_messages:
+        return messages
+    kept = messages[-max_messages:]
+    users = [i for i, m in enumerate(kept) if m["role"] == "user"]
+    if users:
+        kept = kept[users[0] :]
+    else:
+        latest = [i for i, m in enumerate(messages) if m["role"] == "user"]
+        if latest:
+            kept = messages[latest[-1] : latest[-1] + max_messages]
+    kept = kept[projections.legal_start(kept) :]
+    return kept[-max_messages:]
+
+
+def seed000_truncate(messages: list[Msg], keep_recent: int) -> list[Msg]:
+    """Seed 000's rule with a budget so small that everything droppable goes."""
+    if len(messages) <= keep_recent + 1:
+        return messages
+    first = messages[:1] if messages[0]["role"] == "user" else []
+    begin = len(first)
+    tail = messages[max(begin, len(messages) - keep_recent) :]
+    if len(messages) - len(tail) - begin == 0:
+        return messages
+    kept = first + tail
+    orphans = set(projections.orphaned_tool_indices(kept))
+    return [m for i, m in enumerate(kept) if i not in orphans]
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages_st, st.integers(1, 10))
+def test_retain_plan_leaves_what_nanobot_keeps(messages: list[Msg], max_messages: int) -> None:
+    s = writer_with(messages)
+    run(s, retain_recent_legal_suffix(s.state, max_messages))
+    assert [m.message for m in s.state.messages] == nanobot_retain(messages, max_messages)
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages_st, st.integers(0, 6), st.integers(0, 25))
+def test_truncate_plan_leaves_what_seed_000_keeps(
+    messages: list[Msg], keep_recent: int, cursor: int
+) -> None:
+    s = writer_with(messages, consolidated=min(cursor, len(messages)))
+    before = [m.message for m in s.state.messages]
+    below = {id(m) for m in before[: s.state.last_consolidated]}
+    run(s, truncate_to_budget(s.state, budget=1, keep_recent=keep_recent))
+    expected = seed000_truncate(before, keep_recent)
+    assert [m.message for m in s.state.messages] == expected
+    # Exactly the kept messages that were below the cursor are below it now.
+    assert s.state.last_consolidated == sum(1 for m in expected if id(m) in below)
