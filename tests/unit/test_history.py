@@ -440,3 +440,23 @@ def test_history_touches_only_its_window(kwargs: dict[str, Any]) -> None:
     out = projections.history(state, **kwargs)
     assert out and out[-1]["content"] == "a59"
     assert all(m["role"] == "assistant" for m in out)
+
+
+def test_context_tokens_and_usage_ratio() -> None:
+    state = build([u("u0"), a("a0"), u("u1"), a("a1"), u("u2")], tokens=[10, 20, 30, 40, 50])
+    assert projections.context_start(state) == 0
+    assert projections.context_tokens(state) == 150
+    consolidated = build(
+        [u("u0"), a("a0"), u("u1"), a("a1"), u("u2")], tokens=[10, 20, 30, 40, 50], consolidated=1
+    )
+    assert projections.context_tokens(consolidated) == 140  # the shorter side is the prefix
+    compacted = build(
+        [u("u0"), a("a0"), u("u1"), a("a1"), u("u2")],
+        tokens=[10, 20, 30, 40, 50],
+        consolidated=1,
+        compacted=("s", 4),
+    )
+    assert projections.context_start(compacted) == 4
+    assert projections.context_tokens(compacted) == 50  # the shorter side is the window
+    assert projections.token_usage_ratio(compacted, 200) == 0.25
+    assert projections.token_usage_ratio(compacted, 0) == 0.0
