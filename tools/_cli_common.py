@@ -44,7 +44,7 @@ class Point:
 
 
 def parse_point(text: str, option: str) -> Point:
-    """Parse ``SEQ`` or an ISO-8601 time (naive means UTC) given to ``option``."""
+    """Parse ``SEQ`` or an ISO-8601 time (naive means local time) given to ``option``."""
     text = text.strip()
     if text.isdigit():
         return Point(seq=int(text))
@@ -56,7 +56,7 @@ def parse_point(text: str, option: str) -> Point:
             "like 2026-11-25T10:00"
         ) from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+        when = when.astimezone()  # a naive time is local time, as a person types it
     return Point(at=when)
 
 
