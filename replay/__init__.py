@@ -1,3 +1,93 @@
-"""Replay: crash recovery, verify and repair, time travel, audit timeline, import/export, follow."""
+"""Replay: crash recovery, verify and repair, time travel, audit timeline, import/export, follow.
 
-__all__: tuple[str, ...] = ()
+>>> from eventlog import MemoryStore
+>>> import replay
+>>> store = MemoryStore()
+>>> s = store.session("telegram:42")
+>>> s.append_message("user", "Plan a trip to Kyoto")
+1
+>>> s.update_metadata(set={"title": "Kyoto trip"})
+2
+>>> replay.verify(store).ok
+True
+>>> replay.state_at(store, "telegram:42", seq=1).metadata
+{}
+>>> [e.summary for e in replay.timeline(store, "telegram:42", since=2)]
+['metadata: set title']
+"""
+
+from ._errors import ForeignFormatError, PointNotFoundError, RecoverRefusedError
+from ._export import (
+    ExportedFile,
+    ExportReport,
+    export_jsonl,
+    export_nanobot,
+    export_store,
+    nanobot_lines,
+    nanobot_name,
+)
+from ._follow import Follow, PollingWaker, Waker, follow
+from ._import_json import SessionData, import_session_json, parse_session_json
+from ._import_log import import_log, import_path
+from ._import_nanobot import NanobotSession, import_nanobot, parse_nanobot
+from ._importing import ImportReport, SessionImport
+from ._recover import recover
+from ._repair import RepairReport, repair
+from ._report import Finding, RecoverReport, SessionRecover, SessionVerify, VerifyReport
+from ._timeline import (
+    CompactionChange,
+    StateDiff,
+    TimelineEntry,
+    describe_event,
+    diff,
+    diff_states,
+    timeline,
+)
+from ._timetravel import state_at
+from ._verify import check_log, verify, verify_session
+
+__all__ = (
+    "CompactionChange",
+    "ExportReport",
+    "ExportedFile",
+    "Finding",
+    "Follow",
+    "ForeignFormatError",
+    "ImportReport",
+    "NanobotSession",
+    "PointNotFoundError",
+    "PollingWaker",
+    "RecoverRefusedError",
+    "RecoverReport",
+    "RepairReport",
+    "SessionData",
+    "SessionImport",
+    "SessionRecover",
+    "SessionVerify",
+    "StateDiff",
+    "TimelineEntry",
+    "VerifyReport",
+    "Waker",
+    "check_log",
+    "describe_event",
+    "diff",
+    "diff_states",
+    "export_jsonl",
+    "export_nanobot",
+    "export_store",
+    "follow",
+    "import_log",
+    "import_nanobot",
+    "import_path",
+    "import_session_json",
+    "nanobot_lines",
+    "nanobot_name",
+    "parse_nanobot",
+    "parse_session_json",
+    "recover",
+    "repair",
+    "state_at",
+    "timeline",
+    "verify",
+    "verify_session",
+)

@@ -52,6 +52,7 @@ def _line_ends(data: bytes) -> list[int]:
 
 def _seq_for_time(data: bytes, ends: list[int], at: datetime) -> int:
     """Lines (header included) whose events are at or before ``at``, by bisection on ts."""
+
     def ts_of(i: int) -> datetime | None:
         start = ends[i - 1] if i else 0
         try:

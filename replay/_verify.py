@@ -76,9 +76,7 @@ def _check_decoded(decoded: Decoded, data: bytes, *, key: str | None, path: str)
     return report
 
 
-def check_heads(
-    report: SessionVerify, decoded: Decoded, heads: list[tuple[str, int, str]]
-) -> None:
+def check_heads(report: SessionVerify, decoded: Decoded, heads: list[tuple[str, int, str]]) -> None:
     """Compare the log's head with what the snapshot and catalog recorded (adds problems)."""
     if decoded.header is None or decoded.bad is not None:
         return

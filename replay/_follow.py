@@ -1,0 +1,219 @@
+"""Follow a session: yield the events already in its log after a seq, then new ones as they
+are appended (by this or any other process), until the caller stops.
+
+Invariants:
+- No busy loop: between reads the follower waits on a :class:`Waker`. The default sleeps with
+  bounded exponential backoff (``poll`` doubling up to ``max_poll``, back to ``poll`` once an
+  event arrives). A store can offer a better waker (PostgreSQL's LISTEN/NOTIFY) through a
+  ``follow_waker(key)`` method; a waker only has to return early, the log is always re-read.
+- Every line yielded was checked like any other read: hash chain, seq, event. A partial line
+  still being written is never yielded; it is read again whole on the next poll (reads restart
+  at the end of the last complete line, so a tail cut by a new writer cannot glue).
+- A corrupt line, or a log cut below what was already read, raises :class:`CorruptLogError`.
+- The same object is a sync iterator and an async iterator (anyio: asyncio and trio).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Protocol, Self, runtime_checkable
+
+import anyio
+import anyio.to_thread
+
+from eventlog import ZERO_HASH, BaseStore, CorruptLogError, Event, Header, LineDecoder
+
+from ._views import where
+
+
+@runtime_checkable
+class Waker(Protocol):
+    """Blocks a follower between reads until new data may be there, or ``timeout`` passes."""
+
+    def wait(self, timeout: float) -> None:
+        """Block (sync) for at most ``timeout`` seconds."""
+
+    async def wait_async(self, timeout: float) -> None:
+        """Wait (async) for at most ``timeout`` seconds."""
+
+    def close(self) -> None:
+        """Release what the waker holds (a connection, a watch)."""
+
+
+class PollingWaker:
+    """The default waker: sleep for the timeout (bounded polling)."""
+
+    def wait(self, timeout: float) -> None:
+        """Sleep ``timeout`` seconds."""
+        time.sleep(timeout)
+
+    async def wait_async(self, timeout: float) -> None:
+        """Sleep ``timeout`` seconds without blocking the event loop."""
+        await anyio.sleep(timeout)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class Follow(Iterator[Event], AsyncIterator[Event]):
+    """Events of one session after ``after_seq``, old then new; see :func:`follow`."""
+
+    def __init__(
+        self,
+        store: BaseStore,
+        key: str,
+        after_seq: int = 0,
+        *,
+        poll: float = 0.01,
+        max_poll: float = 0.25,
+        idle_timeout: float | None = None,
+        waker: Waker | None = None,
+    ) -> None:
+        if poll <= 0 or max_poll < poll:
+            raise ValueError("need 0 < poll <= max_poll")
+        self.store = store
+        self.key = key
+        self.after_seq = after_seq
+        self.poll = poll
+        self.max_poll = max_poll
+        self.idle_timeout = idle_timeout
+        make: Callable[[str], Waker] | None = getattr(store, "follow_waker", None)
+        self._waker: Waker = waker or (make(key) if make is not None else PollingWaker())
+        self._path = where(store, key)
+        self._pending: deque[Event] = deque()
+        self.header: Header | None = None
+        #: End of the last complete, checked line; its hash, seq and line number.
+        self._offset = 0
+        self._head = ZERO_HASH
+        self._seq = 0
+        self._line = 0
+        self._delay = poll
+        self._closed = False
+        store.read_tail(key, 0)[0]  # an unknown key fails here, before iteration
+
+    def read_new(self) -> int:
+        """Read what was appended since the last read; return how many events it queued."""
+        size, chunk = self.store.read_tail(self.key, self._offset)
+        if size < self._offset:
+            raise CorruptLogError(
+                self._path,
+                self._line,
+                f"the log is now {size} bytes, shorter than the {self._offset} already "
+                "followed (cut by repair, or replaced)",
+            )
+        if not chunk:
+            return 0
+        dec = LineDecoder(
+            key=self.store.hash_key,
+            prev_h=self._head,
+            last_seq=self._seq,
+            expect_header=self.header is None,
+            first_line=self._line + 1,
+            offset=self._offset,
+        )
+        events = dec.feed(chunk)
+        if dec.header is not None:
+            self.header = dec.header
+        if dec.bad is not None:
+            raise CorruptLogError(self._path, dec.bad.line, dec.bad.reason)
+        self._offset = dec.offset
+        self._head = dec.head
+        self._seq = dec.last_seq
+        self._line = dec.line_no
+        before = len(self._pending)
+        self._pending.extend(e for e in events if e.seq > self.after_seq)
+        return len(self._pending) - before
+
+    def _next_wait(self, idle_since: float) -> float | None:
+        """Seconds to wait before the next read, or None when the idle timeout has passed."""
+        wait = self._delay
+        self._delay = min(self._delay * 2, self.max_poll)
+        if self.idle_timeout is not None:
+            left = self.idle_timeout - (time.monotonic() - idle_since)
+            if left <= 0:
+                return None
+            wait = min(wait, left)
+        return wait
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> Event:
+        idle_since = time.monotonic()
+        while not self._pending:
+            if self._closed or self.read_new():
+                break
+            wait = self._next_wait(idle_since)
+            if wait is None:
+                break
+            self._waker.wait(wait)
+        if not self._pending:
+            self.close()
+            raise StopIteration
+        self._delay = self.poll
+        return self._pending.popleft()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Event:
+        idle_since = time.monotonic()
+        while not self._pending:
+            if self._closed:
+                break
+            queued: int = await anyio.to_thread.run_sync(self.read_new)
+            if queued:
+                break
+            wait = self._next_wait(idle_since)
+            if wait is None:
+                break
+            await self._waker.wait_async(wait)
+        if not self._pending:
+            self.close()
+            raise StopAsyncIteration
+        self._delay = self.poll
+        return self._pending.popleft()
+
+    def close(self) -> None:
+        """Stop following: iteration ends and the waker is released."""
+        if not self._closed:
+            self._closed = True
+            self._waker.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def follow(
+    store: BaseStore,
+    key: str,
+    after_seq: int = 0,
+    *,
+    poll: float = 0.01,
+    max_poll: float = 0.25,
+    idle_timeout: float | None = None,
+    waker: Waker | None = None,
+) -> Follow:
+    """Iterate (``for`` or ``async for``) over ``key``'s events after ``after_seq``, live.
+
+    Runs until the caller breaks out or calls ``close()``; with ``idle_timeout``, it also ends
+    once no new event arrived for that many seconds.
+
+    Raises:
+        SessionNotFoundError: no session ``key`` (at once, not on the first ``next``).
+        CorruptLogError: a followed line is corrupt, or the log was cut below what was read.
+    """
+    return Follow(
+        store,
+        key,
+        after_seq,
+        poll=poll,
+        max_poll=max_poll,
+        idle_timeout=idle_timeout,
+        waker=waker,
+    )
