@@ -9,6 +9,8 @@
 'Plan a trip to Kyoto'
 """
 
+from ._async_store import AsyncBaseStore, AsyncFileStore, AsyncMemoryStore
+from ._async_writer import AsyncSessionWriter
 from ._codec import (
     SUFFIX_LEN,
     ZERO_HASH,
@@ -90,6 +92,10 @@ __all__ = (
     "SUFFIX_LEN",
     "TRIM_REASONS",
     "ZERO_HASH",
+    "AsyncBaseStore",
+    "AsyncFileStore",
+    "AsyncMemoryStore",
+    "AsyncSessionWriter",
     "BaseStore",
     "ChainCheck",
     "CleanupReport",

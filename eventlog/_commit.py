@@ -75,6 +75,10 @@ class GroupCommit:
     def end(self, target: int, error: StorageError | None) -> None:
         """The leader's sync (started when ``written`` was ``target``) finished."""
         self.syncing = False
+        self.record(target, error)
+
+    def record(self, target: int, error: StorageError | None) -> None:
+        """A sync started when ``written`` was ``target`` finished (or failed with ``error``)."""
         if error is None:
             self.synced = max(self.synced, target)
         elif self.failure is None:
