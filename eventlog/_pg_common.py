@@ -2,11 +2,13 @@
 conversions between rows and sessions (no I/O here, so the two stores cannot drift apart).
 
 Invariants:
-- A session loads from one query: its snapshot row (if any) and its lines from the snapshot's
-  seq on (or all of them). The snapshot is used only when its seq and hash match the line at
-  that seq; otherwise the log is read whole. The lines are checked exactly like a file's.
+- Keys, event ids and key parts travel as UTF-8 ``bytea``: exact for any str (NUL included)
+  and ordered by code point, like Python's ``sorted``.
+- A session's lines in seq order are its log; ``pos`` is each line's byte offset in it, so a
+  byte-offset read (followers, snapshots) starts at the row holding that offset.
 - Catalog columns are computed from the folded state by :func:`catalog_values`, so the table
-  says what a fold of the log says.
+  says what a fold of the log says. Display text (title, summary) has NUL replaced (PostgreSQL
+  text cannot hold it); the exact values stay in the log and in ``metadata``.
 - Error translation names the server (host, port, database, schema), never a password.
 """
 
@@ -20,9 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ._codec import LineDecoder, decode_log, split_hash
-from ._errors import CorruptLogError, EventLogError, NotALogError, StorageError
-from ._fold import SessionState, apply, fold
+from ._errors import EventLogError, StorageError
+from ._fold import SessionState
 
 if TYPE_CHECKING:
     import psycopg
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 PREVIEW_MESSAGES: Final = 8
 PREVIEW_CHARS: Final = 2000
 
-_snapshot_encoder = msgspec.msgpack.Encoder()
-_snapshot_decoder = msgspec.msgpack.Decoder(SessionState)
 _json = msgspec.json.Encoder()
 
 
@@ -124,7 +123,7 @@ class CatalogValues:
 
     def full(self) -> tuple[Any, ...]:
         """Columns only some events change (title, metadata, preview, summary)."""
-        return (self.title, self.metadata.decode(), self.preview.decode(), self.summary)
+        return (self.title, self.metadata, self.preview, self.summary)
 
 
 def catalog_values(state: SessionState) -> CatalogValues:
@@ -158,65 +157,36 @@ def catalog_values(state: SessionState) -> CatalogValues:
         last_consolidated=state.last_consolidated,
         lifecycle=state.lifecycle,
         end_reason=state.end_reason,
-        title=title if isinstance(title, str) else None,
+        title=text(title) if isinstance(title, str) else None,
         metadata=_json.encode(state.metadata),
         preview=_json.encode(candidates),
-        summary=summary,
+        summary=text(summary),
     )
 
 
-def encode_snapshot(state: SessionState) -> bytes:
-    """A snapshot of ``state`` (msgpack of the folded state)."""
-    return _snapshot_encoder.encode(state)
-
-
-def state_from_rows(
-    where: str, key: str, hash_key: bytes, rows: Sequence[tuple[Any, ...]]
-) -> SessionState | None:
-    """Fold the rows of the load query: (0, seq, snapshot, head) first if any, then (1, seq, line).
-
-    Returns None when the snapshot does not match the log (the caller reloads without it).
-    """
+def tail_bytes(rows: Sequence[tuple[Any, ...]], offset: int) -> tuple[int, bytes]:
+    """(log length, bytes from ``offset``) from rows (pos, line) starting at or before it."""
     if not rows:
-        raise NotALogError(where, "the session has no header row")
-    if rows[0][0] == 0:
-        snap_seq, data, head = int(rows[0][1]), bytes(rows[0][2]), str(rows[0][3])
-        lines = rows[1:]
-        if not lines or int(lines[0][1]) != snap_seq:
-            return None
-        parts = split_hash(bytes(lines[0][2]).rstrip(b"\n"))
-        if parts is None or parts[1] != head:
-            return None
-        try:
-            state = _snapshot_decoder.decode(data)
-        except msgspec.DecodeError:
-            return None
-        if state.seq != snap_seq or state.head != head or state.key != key:
-            return None
-        dec = LineDecoder(
-            key=hash_key,
-            prev_h=head,
-            last_seq=snap_seq,
-            expect_header=False,
-            first_line=snap_seq + 2,
-        )
-        events = dec.feed(b"".join(bytes(r[2]) for r in lines[1:]))
-        if dec.bad is not None or dec.pending:
-            line = dec.bad.line if dec.bad is not None else dec.line_no + 1
-            raise CorruptLogError(where, line, dec.bad.reason if dec.bad else "incomplete line")
-        for event in events:
-            apply(state, event)
-        return state
-    decoded = decode_log(b"".join(bytes(r[2]) for r in rows), key=hash_key)
-    if decoded.header is None:
-        problem = decoded.bad or decoded.torn
-        raise NotALogError(where, f"line 1: {problem.reason if problem else 'empty'}")
-    problem = decoded.bad or decoded.torn
-    if problem is not None:
-        raise CorruptLogError(where, problem.line, problem.reason)
-    if decoded.header.key != key:
-        raise NotALogError(where, f"its header names session {decoded.header.key!r}")
-    return fold(decoded.header, decoded.events)
+        return offset, b""
+    last_pos, last_line = int(rows[-1][0]), rows[-1][1]
+    size = last_pos + len(last_line)
+    if offset >= size:
+        return size, b""
+    data = b"".join(bytes(r[1]) for r in rows)
+    return size, data[offset - int(rows[0][0]) :]
+
+
+def notify_payload(key: str, seq: int) -> str:
+    """The NOTIFY payload of an append: JSON ``[key, seq]`` (key null when too long)."""
+    payload = _json.encode([key, seq]).decode()
+    if len(payload) > 7000:  # PostgreSQL caps payloads at 8000 bytes
+        payload = _json.encode([None, seq]).decode()
+    return payload
+
+
+def text(value: str | None) -> str | None:
+    """``value`` as PostgreSQL text can hold it (NUL replaced)."""
+    return value.replace("\x00", "\ufffd") if value is not None else None
 
 
 def translate(
@@ -244,7 +214,7 @@ def require_psycopg() -> None:
 
 
 class Statements:
-    """The SQL of both stores, bound to one schema."""
+    """The SQL of both stores, bound to one schema (keys and ids as UTF-8 bytea)."""
 
     def __init__(self, schema: str) -> None:
         from psycopg import sql
@@ -256,50 +226,56 @@ class Statements:
             return sql.SQL(text).format(s=s, channel=sql.Literal(self.channel))
 
         self.lock = q("SELECT seq, head, size FROM {s}.sessions WHERE key = %s FOR UPDATE")
-        self.tail = q("SELECT line FROM {s}.events WHERE key = %s AND seq > %s ORDER BY seq")
-        self.lines = q("SELECT 1, seq, line FROM {s}.events WHERE key = %s ORDER BY seq")
-        self.lock_lines = q(
-            "SELECT 1, e.seq, e.line FROM {s}.events e WHERE e.key = %s AND EXISTS "
-            "(SELECT 1 FROM {s}.sessions WHERE key = %s FOR UPDATE) ORDER BY e.seq"
-        )
-        self.load = q(
-            "SELECT 0, seq, data, head FROM {s}.snapshots WHERE key = %(k)s "
-            "UNION ALL SELECT 1, seq, line, NULL FROM {s}.events WHERE key = %(k)s AND seq >= "
-            "coalesce((SELECT seq FROM {s}.snapshots WHERE key = %(k)s), 0) ORDER BY 1, 2"
+        self.lock_only = q("SELECT 1 FROM {s}.sessions WHERE key = %s FOR UPDATE")
+        self.after = q("SELECT line FROM {s}.events WHERE key = %s AND seq > %s ORDER BY seq")
+        self.lines = q("SELECT line FROM {s}.events WHERE key = %s ORDER BY seq")
+        self.tail = q(
+            "SELECT pos, line FROM {s}.events WHERE key = %(k)s AND seq >= coalesce(("
+            "SELECT seq FROM {s}.events WHERE key = %(k)s AND pos <= %(o)s "
+            "ORDER BY seq DESC LIMIT 1), 0) ORDER BY seq"
         )
         self.exists = q("SELECT 1 FROM {s}.sessions WHERE key = %s")
         self.keys = q("SELECT key FROM {s}.sessions ORDER BY key")
+        self.scan = q("SELECT key, size, session_id, updated_at FROM {s}.sessions")
         self.delete = q("DELETE FROM {s}.sessions WHERE key = %s")
+        self.cut = q("DELETE FROM {s}.events WHERE key = %s AND pos >= %s")
         self.find_id = q("SELECT seq FROM {s}.events WHERE key = %s AND id = %s")
         self.quarantine = q(
             "INSERT INTO {s}.quarantine (key, reason, line, byte_offset, data) "
             "VALUES (%s, %s, %s, %s, %s)"
         )
         self.unquarantine = q("DELETE FROM {s}.quarantine WHERE key = %s")
-        self.save_snapshot = q(
-            "INSERT INTO {s}.snapshots (key, seq, head, data) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, head = excluded.head, "
-            "data = excluded.data, written_at = now()"
+        self.snapshot = q("SELECT data FROM {s}.snapshots WHERE key = %s")
+        self.put_snapshot = q(
+            "INSERT INTO {s}.snapshots (key, data) SELECT key, %s FROM {s}.sessions "
+            "WHERE key = %s ON CONFLICT (key) DO UPDATE SET data = excluded.data, "
+            "written_at = now()"
+        )
+        self.drop_snapshot = q("DELETE FROM {s}.snapshots WHERE key = %s")
+        self.catalog = q("SELECT data FROM {s}.catalog_blob WHERE id = 1")
+        self.put_catalog = q(
+            "INSERT INTO {s}.catalog_blob (id, data) VALUES (1, %s) "
+            "ON CONFLICT (id) DO UPDATE SET data = excluded.data"
         )
         self.create = q(
-            "WITH s AS (INSERT INTO {s}.sessions (key, session_id, seq, head, created_at, "
-            "updated_at, agent, channel, peer, title, metadata, size) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s) "
+            "WITH s AS (INSERT INTO {s}.sessions (key, session_id, seq, head, size, created_at, "
+            "updated_at, agent, channel, peer, title, metadata, preview) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (key) DO NOTHING RETURNING key) "
-            "INSERT INTO {s}.events (key, seq, id, line) SELECT key, %s, %s, %s FROM s RETURNING 1"
+            "INSERT INTO {s}.events (key, seq, pos, id, line) SELECT key, %s, 0, %s, %s FROM s "
+            "RETURNING 1"
         )
+        # One statement per append (or batch): insert the lines, update the catalog, notify.
         write = (
-            "WITH ins AS (INSERT INTO {s}.events (key, seq, id, line) "
-            "SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::bytea[])), "
+            "WITH ins AS (INSERT INTO {s}.events (key, seq, pos, id, line) "
+            "SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::bytea[], %s::bytea[])), "
             "upd AS (UPDATE {s}.sessions SET seq = %s, head = %s, updated_at = %s, "
             "messages = %s, live_tokens = %s, total_messages = %s, total_tokens = %s, "
-            "last_consolidated = %s, lifecycle = %s, end_reason = %s, size = size + %s"
+            "last_consolidated = %s, lifecycle = %s, end_reason = %s, size = %s"
         )
-        tail = " WHERE key = %s) SELECT pg_notify({channel}, %s)"
-        self.write_hot = q(write + tail)
-        self.write_full = q(
-            write + ", title = %s, metadata = %s::jsonb, preview = %s::jsonb, summary = %s" + tail
-        )
+        end = " WHERE key = %s) SELECT pg_notify({channel}, %s)"
+        self.write_hot = q(write + end)
+        self.write_full = q(write + ", title = %s, metadata = %s, preview = %s, summary = %s" + end)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,19 +28,22 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         1,
         "sessions (with catalog columns), events, snapshots, quarantine",
         (
+            # Keys, ids and key parts are bytea (UTF-8): exact for any text, NUL included, and
+            # ordered by code point like Python's sort.
             """CREATE TABLE {s}.sessions (
-                key text PRIMARY KEY,
+                key bytea PRIMARY KEY,
                 session_id text NOT NULL,
                 seq bigint NOT NULL,
                 head text NOT NULL,
+                size bigint NOT NULL,
                 created_at timestamptz NOT NULL,
                 updated_at timestamptz NOT NULL,
-                agent text,
-                channel text,
-                peer text,
+                agent bytea,
+                channel bytea,
+                peer bytea,
                 title text,
-                metadata jsonb NOT NULL DEFAULT '{{}}',
-                preview jsonb NOT NULL DEFAULT '[]',
+                metadata bytea NOT NULL,
+                preview bytea NOT NULL,
                 messages integer NOT NULL DEFAULT 0,
                 live_tokens bigint NOT NULL DEFAULT 0,
                 total_messages bigint NOT NULL DEFAULT 0,
@@ -48,33 +51,35 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
                 last_consolidated integer NOT NULL DEFAULT 0,
                 summary text,
                 lifecycle text NOT NULL DEFAULT 'active',
-                end_reason text,
-                size bigint NOT NULL DEFAULT 0
+                end_reason text
             )""",
-            "CREATE INDEX sessions_key_prefix ON {s}.sessions (key text_pattern_ops)",
             "CREATE INDEX sessions_updated ON {s}.sessions (updated_at DESC, key)",
             "CREATE INDEX sessions_created ON {s}.sessions (created_at)",
-            "CREATE INDEX sessions_channel ON {s}.sessions (channel, updated_at DESC)",
             "CREATE INDEX sessions_agent ON {s}.sessions (agent, updated_at DESC)",
+            "CREATE INDEX sessions_channel ON {s}.sessions (channel, updated_at DESC)",
             "CREATE INDEX sessions_peer ON {s}.sessions (peer, updated_at DESC)",
             "CREATE INDEX sessions_lifecycle ON {s}.sessions (lifecycle, updated_at DESC)",
+            # pos: the byte offset of the line in the session's log (the header is at 0).
             """CREATE TABLE {s}.events (
-                key text NOT NULL REFERENCES {s}.sessions (key) ON DELETE CASCADE,
+                key bytea NOT NULL REFERENCES {s}.sessions (key) ON DELETE CASCADE,
                 seq bigint NOT NULL,
-                id text NOT NULL,
+                pos bigint NOT NULL,
+                id bytea NOT NULL,
                 line bytea NOT NULL,
                 PRIMARY KEY (key, seq),
                 UNIQUE (key, id)
             )""",
             """CREATE TABLE {s}.snapshots (
-                key text PRIMARY KEY REFERENCES {s}.sessions (key) ON DELETE CASCADE,
-                seq bigint NOT NULL,
-                head text NOT NULL,
+                key bytea PRIMARY KEY REFERENCES {s}.sessions (key) ON DELETE CASCADE,
                 data bytea NOT NULL,
                 written_at timestamptz NOT NULL DEFAULT now()
             )""",
+            """CREATE TABLE {s}.catalog_blob (
+                id integer PRIMARY KEY CHECK (id = 1),
+                data bytea NOT NULL
+            )""",
             """CREATE TABLE {s}.quarantine (
-                key text NOT NULL,
+                key bytea NOT NULL,
                 at timestamptz NOT NULL DEFAULT now(),
                 reason text NOT NULL,
                 line integer NOT NULL,

@@ -6,19 +6,19 @@ Invariants:
 - Every append is one transaction: lock the session row (``SELECT ... FOR UPDATE``), fold in
   the events other writers committed since this writer last looked, run the writer's checks
   (event id already there: no-op; ``expected_seq``: :class:`ConflictError`, nothing written),
-  insert the chained line, update the catalog columns of the session row, notify followers,
-  commit. Sessions lock independently: appends to different sessions never wait on each other.
+  insert the chained line, update the catalog columns, notify followers, commit. Sessions lock
+  independently: appends to different sessions never wait on each other.
 - ``(key, id)`` is unique, so a retried event id is written at most once even across machines.
 - A commit whose outcome is unknown (the connection dropped) raises :class:`CommitUnknownError`;
   the writer's state is rebuilt from the database on its next use, so a retry with the same
-  event id returns the original seq if the first attempt did commit, and appends it otherwise.
+  event id returns the original seq if the first attempt committed, and appends it otherwise.
+- Snapshots and the catalog blob use the shared view formats (``ViewStorage``), kept in tables.
 - psycopg is imported lazily: ``import eventlog`` works without it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,24 +26,32 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ._codec import ZERO_HASH, LineDecoder, encode_line
-from ._errors import CorruptLogError, SessionNotFoundError, StorageError
+from ._errors import (
+    CorruptLogError,
+    InvalidEventError,
+    SessionNotFoundError,
+    StorageError,
+    StoreClosedError,
+)
 from ._fold import SessionState, apply, fold, initial_state
 from ._names import check_key
 from ._pg_common import (
     PgTarget,
-    Statements,
     catalog_values,
-    encode_snapshot,
     event_row,
     key_parts,
+    notify_payload,
     require_psycopg,
-    state_from_rows,
+    tail_bytes,
+    text,
     translate,
 )
 from ._pg_schema import migrate
-from ._store import BaseStore, OpenReport, RawSession
+from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume
+from ._store import BaseStore, CutReport, OpenReport, RawSession
 from ._tokens import TokenCounter
-from ._writer import Durability
+from ._views import LogStat
+from ._writer import Durability, SessionWriter
 
 if TYPE_CHECKING:
     import psycopg
@@ -53,17 +61,16 @@ if TYPE_CHECKING:
 class CommitUnknownError(StorageError):
     """The connection dropped while committing an append: it happened once or not at all.
 
-    Retry with the same ``event_id`` (safe: a committed id is never written twice), or ask
+    Retry with the same event id (safe: a committed id is never written twice), or ask
     :meth:`PostgresStore.committed` which it was.
     """
 
     def __init__(self, where: str, cause: str, *, event_ids: Sequence[str]) -> None:
-        ids = ", ".join(event_ids) or "?"
         super().__init__(
             where,
             "commit",
             f"{cause}; the append may or may not have been committed: retry with the same "
-            f"event id ({ids}), which is safe",
+            f"event id ({', '.join(event_ids)}), which is safe",
             durable_unknown=True,
         )
         self.event_ids = tuple(event_ids)
@@ -76,23 +83,22 @@ class _PgIO:
         self.name = store._describe(key)
         self._store = store
         self._key = key
+        self._kb = key.encode()
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._depth = 0
         self._pending: list[tuple[int, str, bytes, str]] = []
         self._stale = False
-        self._closed = False
         self._size = 0
         self._preview = b""
 
     # -- SessionIO ---------------------------------------------------------------------------
 
     def append(self, data: bytes) -> None:
-        """Stage a line; it is written when the transaction ends (outside one: refused)."""
+        """Stage a line; it is written when the transaction ends."""
         if self._conn is None:
             raise StorageError(self.name, "append", "no transaction is open (internal error)")
         seq, event_id, tag = event_row(data)
         self._pending.append((seq, event_id, data, tag))
-        self._size += len(data)
 
     def sync(self) -> None:
         """Nothing to do: the transaction's commit is the durability point."""
@@ -101,10 +107,10 @@ class _PgIO:
         """Nothing to do: a failed transaction is rolled back whole."""
 
     def size(self) -> int:
-        return self._size
+        return self._size + sum(len(p[2]) for p in self._pending)
 
     def close(self) -> None:
-        self._closed = True
+        """Nothing held between appends (each append takes a pooled connection)."""
 
     # -- the append transaction --------------------------------------------------------------
 
@@ -120,25 +126,19 @@ class _PgIO:
             return
         store = self._store
         conn = store._getconn()
-        self._conn = conn
-        self._depth = 1
-        self._pending = []
+        self._conn, self._depth, self._pending = conn, 1, []
         committing = False
         try:
             try:
                 self._catch_up(conn, state)
-            except BaseException:
-                self._rollback(conn)
-                raise
-            try:
                 yield
             except BaseException:
-                self._rollback(conn)
+                _rollback(conn)
                 if self._pending:
                     self._stale = True  # the writer may have folded a staged event
                 raise
             if not self._pending:
-                self._rollback(conn)
+                _rollback(conn)
                 return
             try:
                 self._write(conn, state)
@@ -146,145 +146,89 @@ class _PgIO:
                 conn.commit()
             except BaseException as exc:
                 self._stale = True
-                self._rollback(conn)
-                if committing and store._is_disconnect(exc):
+                _rollback(conn)
+                if committing and _is_disconnect(exc):
                     raise CommitUnknownError(
-                        self.name, str(exc), event_ids=[p[1] for p in self._pending]
+                        self.name, _oneline(exc), event_ids=[p[1] for p in self._pending]
                     ) from exc
                 raise translate(exc, self.name, "append", nothing_written=True) from exc
+            self._size += sum(len(p[2]) for p in self._pending)
         finally:
-            self._depth = 0
-            self._conn = None
-            self._pending = []
+            self._depth, self._conn, self._pending = 0, None, []
             store._putconn(conn)
-
-    def _rollback(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        with contextlib.suppress(Exception):
-            conn.rollback()
 
     def _catch_up(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
         store = self._store
         try:
-            row = conn.execute(store._sql.lock, (self._key,)).fetchone()
+            row = conn.execute(store._sql.lock, (self._kb,)).fetchone()
+            if row is None:
+                raise SessionNotFoundError(self._key)
+            seq, head, self._size = int(row[0]), str(row[1]), int(row[2])
+            if self._stale or seq < state.seq or (seq == state.seq and head != state.head):
+                fresh = store._load_state(conn, self._key)
+                if fresh is None:
+                    raise SessionNotFoundError(self._key)
+                for name in SessionState.__struct_fields__:
+                    setattr(state, name, getattr(fresh, name))
+                self._stale = False
+            elif seq > state.seq:
+                rows = conn.execute(store._sql.after, (self._kb, state.seq), binary=True)
+                dec = LineDecoder(
+                    key=store.hash_key,
+                    prev_h=state.head,
+                    last_seq=state.seq,
+                    expect_header=False,
+                    first_line=state.seq + 2,
+                )
+                events = dec.feed(b"".join(r[0] for r in rows.fetchall()))
+                if dec.bad is not None or dec.pending:
+                    bad = dec.bad
+                    line = bad.line if bad is not None else dec.line_no + 1
+                    raise CorruptLogError(self.name, line, bad.reason if bad else "cut short")
+                for event in events:
+                    apply(state, event)
         except Exception as exc:
             raise translate(exc, self.name, "append", nothing_written=True) from exc
-        if row is None:
-            raise SessionNotFoundError(self._key)
-        seq, head, size = int(row[0]), str(row[1]), int(row[2])
-        if self._stale or seq < state.seq or (seq == state.seq and head != state.head):
-            fresh = store._loader.load(conn, self._key)
-            if fresh is None:
-                raise SessionNotFoundError(self._key)
-            for name in SessionState.__struct_fields__:
-                setattr(state, name, getattr(fresh, name))
-            self._stale = False
-        elif seq > state.seq:
-            lines = conn.execute(store._sql.tail, (self._key, state.seq)).fetchall()
-            dec = LineDecoder(
-                key=store.hash_key,
-                prev_h=state.head,
-                last_seq=state.seq,
-                expect_header=False,
-                first_line=state.seq + 2,
-            )
-            events = dec.feed(b"".join(bytes(r[0]) for r in lines))
-            if dec.bad is not None or dec.pending:
-                line = dec.bad.line if dec.bad is not None else dec.line_no + 1
-                reason = dec.bad.reason if dec.bad is not None else "incomplete line"
-                raise CorruptLogError(self.name, line, reason)
-            for event in events:
-                apply(state, event)
-        self._size = size
 
     def _write(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
-        store = self._store
         pending = self._pending
         values = catalog_values(state)
-        preview = values.preview
-        full = preview != self._preview or any(p[3] != "message" for p in pending)
-        added = sum(len(p[2]) for p in pending)
+        full = values.preview != self._preview or any(p[3] != "message" for p in pending)
+        positions: list[int] = []
+        size = self._size
+        for p in pending:
+            positions.append(size)
+            size += len(p[2])
         args: tuple[Any, ...] = (
-            self._key,
+            self._kb,
             [p[0] for p in pending],
-            [p[1] for p in pending],
+            positions,
+            [p[1].encode() for p in pending],
             [p[2] for p in pending],
             *values.hot(),
-            added,
+            size,
             *(values.full() if full else ()),
-            self._key,
-            f"{self._key}\n{state.seq}",
+            self._kb,
+            notify_payload(self._key, state.seq),
         )
-        conn.execute(store._sql.write_full if full else store._sql.write_hot, args)
-        self._preview = preview
-        every = store.snapshot_every
-        if every and state.seq // every != (state.seq - len(pending)) // every:
-            store._loader.save(conn, self._key, state)
+        sql = self._store._sql
+        conn.execute(sql.write_full if full else sql.write_hot, args)
+        self._preview = values.preview
 
 
-class _Loader:
-    """The sync queries that load, create, read and snapshot one session."""
-
-    def __init__(self, target: PgTarget, statements: Statements, hash_key: bytes) -> None:
-        self._where = target.where
-        self._sql = statements
-        self._hash_key = hash_key
-
-    def load(self, conn: psycopg.Connection[tuple[Any, ...]], key: str) -> SessionState | None:
-        rows = conn.execute(self._sql.load, {"k": key}, binary=True).fetchall()
-        if not rows:
-            return None
-        where = f"{self._where}/{key}"
-        state = state_from_rows(where, key, self._hash_key, rows)
-        if state is None:  # a stale or foreign snapshot: read the whole log
-            rows = conn.execute(self._sql.lines, (key,), binary=True).fetchall()
-            state = state_from_rows(where, key, self._hash_key, rows)
-            assert state is not None
-        return state
-
-    def create(
-        self, conn: psycopg.Connection[tuple[Any, ...]], key: str, state: SessionState, line: bytes
-    ) -> bool:
-        agent, channel, peer = key_parts(key)
-        values = catalog_values(state)
-        row = conn.execute(
-            self._sql.create,
-            (
-                key,
-                state.id,
-                state.seq,
-                state.head,
-                state.created_at,
-                state.updated_at,
-                agent,
-                channel,
-                peer,
-                values.title,
-                values.metadata.decode(),
-                len(line),
-                state.seq,
-                _header_id(line),
-                line,
-            ),
-        ).fetchone()
-        return row is not None
-
-    def read_bytes(
-        self, conn: psycopg.Connection[tuple[Any, ...]], key: str, *, lock: bool = False
-    ) -> bytes | None:
-        if lock:
-            rows = conn.execute(self._sql.lock_lines, (key, key), binary=True).fetchall()
-        else:
-            rows = conn.execute(self._sql.lines, (key,), binary=True).fetchall()
-        return b"".join(bytes(r[2]) for r in rows) if rows else None
-
-    def save(
-        self, conn: psycopg.Connection[tuple[Any, ...]], key: str, state: SessionState
-    ) -> None:
-        conn.execute(self._sql.save_snapshot, (key, state.seq, state.head, encode_snapshot(state)))
+def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    with contextlib.suppress(Exception):
+        conn.rollback()
 
 
-def _header_id(line: bytes) -> str:
-    return event_row(line)[1]
+def _is_disconnect(exc: BaseException) -> bool:
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError)
+
+
+def _oneline(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -308,8 +252,6 @@ class PostgresStore(BaseStore):
         token_counter: counts a message's tokens at write time.
         pool_size: most connections held (each in-flight append uses one).
         connect_timeout: seconds to wait for the server before a clear :class:`StorageError`.
-        snapshot_every: write the folded state beside the log every N events (0: never), so
-            opening reads the snapshot plus a short tail.
     """
 
     def __init__(
@@ -322,22 +264,22 @@ class PostgresStore(BaseStore):
         token_counter: TokenCounter | None = None,
         pool_size: int = 10,
         connect_timeout: float = 5.0,
-        snapshot_every: int = 1000,
     ) -> None:
         require_psycopg()
         super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
         import psycopg_pool
 
+        if not schema or len(schema) > 40:
+            raise InvalidEventError(f"schema must be 1 to 40 characters, not {schema!r}")
         self.target = PgTarget(dsn, schema, connect_timeout)
         self.schema = schema
-        self.snapshot_every = snapshot_every
+        self._where = self.target.where
         self._sql = self.target.statements()
-        self._loader = _Loader(self.target, self._sql, self.hash_key)
         with self.target.connect() as conn:
             try:
-                migrate(conn, schema, self.target.where)
+                migrate(conn, schema, self._where)
             except Exception as exc:
-                raise translate(exc, self.target.where, "migrate") from exc
+                raise translate(exc, self._where, "migrate") from exc
         sync_off = self.durability == "none"
 
         def configure(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -347,7 +289,7 @@ class PostgresStore(BaseStore):
 
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = (
             psycopg_pool.ConnectionPool(
-                self.target.dsn,
+                dsn,
                 kwargs=self.target.connect_kwargs(),
                 min_size=1,
                 max_size=max(1, pool_size),
@@ -357,18 +299,19 @@ class PostgresStore(BaseStore):
                 name=f"sessionlog-{schema}",
             )
         )
-        self._pool_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self.target.where!r}, durability={self.durability!r})"
+        return f"PostgresStore({self._where!r}, durability={self.durability!r})"
 
     # -- connections -------------------------------------------------------------------------
 
     def _getconn(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
         try:
             return self._pool.getconn()
         except Exception as exc:
-            raise translate(exc, self.target.where, "connect") from exc
+            raise translate(exc, self._where, "connect") from exc
 
     def _putconn(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         with contextlib.suppress(Exception):
@@ -381,20 +324,113 @@ class PostgresStore(BaseStore):
             with conn.transaction():
                 yield conn
         except Exception as exc:
-            raise translate(exc, self.target.where, action) from exc
+            raise translate(exc, self._where, action) from exc
         finally:
             self._putconn(conn)
 
-    @staticmethod
-    def _is_disconnect(exc: BaseException) -> bool:
-        import psycopg
+    # -- reading on one connection -------------------------------------------------------------
 
-        return isinstance(exc, psycopg.OperationalError)
+    def _load_state(
+        self, conn: psycopg.Connection[tuple[Any, ...]], key: str
+    ) -> SessionState | None:
+        """Fold ``key`` from its snapshot and the lines after it (or from all lines)."""
+        kb = key.encode()
+        row = conn.execute(self._sql.snapshot, (kb,), binary=True).fetchone()
+        if row is not None:
+            try:
+                snap = decode_snapshot(row[0], key, self._hash_key)
+            except SnapshotError:
+                snap = None
+            if snap is not None:
+                rows = conn.execute(
+                    self._sql.tail, {"k": kb, "o": snap.line_start}, binary=True
+                ).fetchall()
+                _, tail = tail_bytes(rows, snap.line_start)
+                if check_anchor(snap, tail, self._hash_key) is None:
+                    decoded = resume(snap, tail, self._hash_key)
+                    problem = decoded.bad or decoded.torn
+                    if problem is not None:
+                        raise CorruptLogError(self._describe(key), problem.line, problem.reason)
+                    self._snapshot_seqs()[key] = snap.seq
+                    return fold(snap.header, decoded.events, snap.state)
+        data = self._read_on(conn, kb)
+        if data is None:
+            return None
+        decoded = self._decode(key, data)
+        problem = decoded.bad or decoded.torn
+        if problem is not None:
+            raise CorruptLogError(self._describe(key), problem.line, problem.reason)
+        assert decoded.header is not None
+        return fold(decoded.header, decoded.events)
+
+    def _read_on(self, conn: psycopg.Connection[tuple[Any, ...]], kb: bytes) -> bytes | None:
+        rows = conn.execute(self._sql.lines, (kb,), binary=True).fetchall()
+        return b"".join(r[0] for r in rows) if rows else None
+
+    def _create(
+        self, conn: psycopg.Connection[tuple[Any, ...]], key: str, state: SessionState, line: bytes
+    ) -> bool:
+        agent, channel, peer = (p.encode() if p is not None else None for p in key_parts(key))
+        values = catalog_values(state)
+        row = conn.execute(
+            self._sql.create,
+            (
+                key.encode(),
+                text(event_row(line)[1]),
+                state.seq,
+                state.head,
+                len(line),
+                state.created_at,
+                state.updated_at,
+                agent,
+                channel,
+                peer,
+                values.title,
+                values.metadata,
+                values.preview,
+                state.seq,
+                event_row(line)[1].encode(),
+                line,
+            ),
+        ).fetchone()
+        return row is not None
+
+    def _write_lines(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        key: str,
+        lines: Sequence[bytes],
+        start_pos: int,
+        state: SessionState,
+    ) -> None:
+        rows = [event_row(line) for line in lines]
+        positions: list[int] = []
+        size = start_pos
+        for line in lines:
+            positions.append(size)
+            size += len(line)
+        values = catalog_values(state)
+        kb = key.encode()
+        conn.execute(
+            self._sql.write_full,
+            (
+                kb,
+                [r[0] for r in rows],
+                positions,
+                [r[1].encode() for r in rows],
+                list(lines),
+                *values.hot(),
+                size,
+                *values.full(),
+                kb,
+                notify_payload(key, state.seq),
+            ),
+        )
 
     # -- backend hooks -----------------------------------------------------------------------
 
     def _describe(self, key: str) -> str:
-        return f"{self.target.where}/{key}"
+        return f"session {key!r} in {self._where}"
 
     def _open_raw(self, key: str, create: bool) -> RawSession | None:
         if not create and not self.exists(key):
@@ -406,44 +442,42 @@ class PostgresStore(BaseStore):
     ) -> tuple[SessionState, OpenReport]:
         created = False
         with self._connection("open") as conn:
-            state = self._loader.load(conn, key)
+            state = self._load_state(conn, key)
             if state is None:
                 header = self._new_header(key, metadata)
-                line, h = encode_line(header, ZERO_HASH, self.hash_key)
-                header = msgspec.structs.replace(header, h=h)
-                state = initial_state(header)
-                created = self._loader.create(conn, key, state, line)
+                line, h = encode_line(header, ZERO_HASH, self._hash_key)
+                state = initial_state(msgspec.structs.replace(header, h=h))
+                created = self._create(conn, key, state, line)
                 if not created:  # another process created it first
-                    state = self._loader.load(conn, key)
+                    state = self._load_state(conn, key)
                     assert state is not None
-        assert isinstance(raw.io, _PgIO)
         return state, OpenReport(key, created=created)
 
     def _read_raw(self, key: str) -> bytes | None:
         with self._connection("read") as conn:
-            return self._loader.read_bytes(conn, key)
+            return self._read_on(conn, key.encode())
 
     def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
         with self._connection("quarantine") as conn:
-            conn.execute(self._sql.quarantine, (key, reason, line, offset, data))
-        return f"{self.target.where}/quarantine/{key}"
+            conn.execute(self._sql.quarantine, (key.encode(), reason, line, offset, data))
+        return f"quarantine table, {self._describe(key)}"
 
     def _list_keys(self) -> list[str]:
         with self._connection("list") as conn:
-            return [str(r[0]) for r in conn.execute(self._sql.keys).fetchall()]
+            return [bytes(r[0]).decode() for r in conn.execute(self._sql.keys, binary=True)]
 
     def _remove(self, key: str) -> bool:
         with self._connection("delete") as conn:
-            conn.execute(self._sql.unquarantine, (key,))
-            return conn.execute(self._sql.delete, (key,)).rowcount > 0
+            conn.execute(self._sql.unquarantine, (key.encode(),))
+            return conn.execute(self._sql.delete, (key.encode(),)).rowcount > 0
 
-    # -- overrides where a database does better ----------------------------------------------
+    # -- where a database does better than the generic code ----------------------------------
 
     def exists(self, key: str) -> bool:
         """Whether a session with ``key`` exists."""
-        key = check_key(key)
+        kb = check_key(key).encode()
         with self._connection("read") as conn:
-            return conn.execute(self._sql.exists, (key,)).fetchone() is not None
+            return conn.execute(self._sql.exists, (kb,)).fetchone() is not None
 
     def state(self, key: str) -> SessionState:
         """The current folded state of ``key`` (what every writer has committed)."""
@@ -453,15 +487,63 @@ class PostgresStore(BaseStore):
             writer.refresh()
             return writer.state
         with self._connection("read") as conn:
-            state = self._loader.load(conn, key)
+            state = self._load_state(conn, key)
         if state is None:
             raise SessionNotFoundError(key)
         return state
+
+    def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
+        """The log's length and its bytes from ``offset`` on (only the rows from there)."""
+        kb = check_key(key).encode()
+        with self._connection("read") as conn:
+            rows = conn.execute(self._sql.tail, {"k": kb, "o": offset}, binary=True).fetchall()
+        if not rows:
+            raise SessionNotFoundError(key)
+        return tail_bytes(rows, offset)
 
     def writer_lock_held(self, key: str) -> bool:
         """Always False: PostgreSQL sessions take many writers (each append locks briefly)."""
         check_key(key)
         return False
+
+    def snapshot_bytes(self, key: str) -> bytes | None:
+        """The stored snapshot of ``key``."""
+        with self._connection("read snapshot") as conn:
+            row = conn.execute(self._sql.snapshot, (key.encode(),), binary=True).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Store (or remove) the snapshot of ``key``."""
+        with self._connection("write snapshot") as conn:
+            if data is None:
+                conn.execute(self._sql.drop_snapshot, (key.encode(),))
+            else:
+                conn.execute(self._sql.put_snapshot, (data, key.encode()))
+
+    def catalog_bytes(self) -> bytes | None:
+        """The stored catalog blob (the generic catalog's cache)."""
+        with self._connection("read catalog") as conn:
+            row = conn.execute(self._sql.catalog, binary=True).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_catalog(self, data: bytes) -> None:
+        """Store the catalog blob."""
+        with self._connection("write catalog") as conn:
+            conn.execute(self._sql.put_catalog, (data,))
+
+    def scan_logs(self) -> list[LogStat]:
+        """Every session's log length (one query; ``ino`` changes when a key is recreated)."""
+        with self._connection("list") as conn:
+            rows = conn.execute(self._sql.scan, binary=True).fetchall()
+        return [
+            LogStat(
+                bytes(r[0]).decode(),
+                int(r[1]),
+                int.from_bytes(str(r[2]).encode()[:16].ljust(8, b"\0")[:8], "big") >> 1,
+                int(r[3].timestamp() * 1e9),
+            )
+            for r in rows
+        ]
 
     def import_bytes(
         self, key: str, data: bytes, *, rejected: Sequence[tuple[str, int, int, bytes]] = ()
@@ -473,61 +555,67 @@ class PostgresStore(BaseStore):
         if problem is not None:
             raise CorruptLogError(self._describe(key), problem.line, problem.reason)
         assert decoded.header is not None
+        kb = key.encode()
         with self._connection("import") as conn:
-            existing = self._loader.read_bytes(conn, key, lock=True)
+            conn.execute(self._sql.lock_only, (kb,))
+            existing = self._read_on(conn, kb)
             if existing == data:
                 return "unchanged"
             if existing is not None and not data.startswith(existing):
                 return "clash"
-            state = fold(decoded.header, decoded.events)
             lines = data.splitlines(keepends=True)
-            seqs = [decoded.header.seq, *(e.seq for e in decoded.events)]
-            ids = [decoded.header.id, *(e.id for e in decoded.events)]
-            start = 0
             if existing is None:
-                self._loader.create(conn, key, initial_state(decoded.header), lines[0])
-                start = 1
-                for reason, line, offset, text in rejected:
-                    conn.execute(self._sql.quarantine, (key, reason, line, offset, text))
+                header = decoded.header
+                self._create(conn, key, initial_state(header), lines[0])
+                for reason, line, offset, blob in rejected:
+                    conn.execute(self._sql.quarantine, (kb, reason, line, offset, blob))
+                start, pos = 1, len(lines[0])
             else:
-                start = existing.count(b"\n")
-            new = slice(start, len(lines))
-            values = catalog_values(state)
-            conn.execute(
-                self._sql.write_full,
-                (
-                    key,
-                    seqs[new],
-                    ids[new],
-                    lines[new],
-                    *values.hot(),
-                    sum(len(x) for x in lines[new]),
-                    *values.full(),
-                    key,
-                    f"{key}\n{state.seq}",
-                ),
-            )
+                start, pos = existing.count(b"\n"), len(existing)
+            if lines[start:]:
+                state = fold(decoded.header, decoded.events)
+                self._write_lines(conn, key, lines[start:], pos, state)
             return "extended" if existing is not None else "created"
+
+    def cut(
+        self, key: str, offset: int, *, reason: str, expect_length: int | None = None
+    ) -> CutReport | None:
+        """Move the rows from byte ``offset`` on into quarantine (see :meth:`BaseStore.cut`)."""
+        key = check_key(key)
+        kb = key.encode()
+        self._close_writer(key)
+        with self._connection("cut") as conn:
+            if conn.execute(self._sql.lock_only, (kb,)).fetchone() is None:
+                raise SessionNotFoundError(key)
+            data = self._read_on(conn, kb) or b""
+            if expect_length is not None and len(data) != expect_length:
+                return None
+            if offset <= 0 or offset > len(data) or data[offset - 1 : offset] != b"\n":
+                raise InvalidEventError(f"offset {offset} is not a line boundary after the header")
+            line = data.count(b"\n", 0, offset) + 1
+            if offset == len(data):
+                return CutReport(key, offset, 0, line, None)
+            conn.execute(self._sql.quarantine, (kb, reason, line, offset, data[offset:]))
+            conn.execute(self._sql.cut, (kb, offset))
+            decoded = self._decode(key, data[:offset])
+            assert decoded.header is not None
+            state = fold(decoded.header, decoded.events)
+            conn.execute(self._sql.drop_snapshot, (kb,))
+            self._write_lines(conn, key, [], offset, state)
+        return CutReport(key, offset, len(data) - offset, line, f"quarantine table, {key!r}")
 
     # -- PostgreSQL extras -------------------------------------------------------------------
 
     def committed(self, key: str, event_id: str) -> int | None:
         """The seq ``event_id`` was committed at in ``key``, or None (after an unknown outcome)."""
-        key = check_key(key)
+        kb = check_key(key).encode()
         with self._connection("read") as conn:
-            row = conn.execute(self._sql.find_id, (key, event_id)).fetchone()
+            row = conn.execute(self._sql.find_id, (kb, event_id.encode())).fetchone()
         return None if row is None else int(row[0])
 
-    def save_snapshot(self, key: str) -> int:
-        """Store the folded state of ``key`` beside its log now; return the seq it is at."""
-        state = self.state(key)
-        with self._connection("snapshot") as conn:
-            self._loader.save(conn, key, state)
-        return state.seq
-
     @contextlib.contextmanager
-    def batch(self, key: str) -> Iterator[Any]:
-        """Group the appends made in the block into one transaction (one commit, one lock).
+    def batch(self, key: str) -> Iterator[SessionWriter]:
+        """Group the appends made in the block into one transaction (one lock, one commit).
 
         Yields the session's writer; other threads' appends to it wait until the block ends.
         If the block raises, nothing of it is written.
@@ -537,9 +625,8 @@ class PostgresStore(BaseStore):
             yield writer
 
     def close(self) -> None:
-        """Close every writer and the connection pool."""
+        """Close every writer, then the connection pool."""
         try:
             super().close()
         finally:
-            with self._pool_lock:
-                self._pool.close(timeout=5.0)
+            self._pool.close(timeout=5.0)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 from pg_support import StoreFactory, dsn, make_pg, schema  # noqa: F401
@@ -390,7 +391,7 @@ def test_catalog_row_matches_the_fold(make_pg: StoreFactory, dsn: str) -> None:
             f"SELECT seq, head, messages, live_tokens, total_tokens, title, lifecycle, "
             f"agent, channel, peer, summary, size, preview "
             f'FROM "{pg.schema}".sessions WHERE key = %s',
-            ("kyoto:telegram:42",),
+            (b"kyoto:telegram:42",),
         ).fetchone()
     assert row is not None
     assert row[:7] == (
@@ -402,34 +403,62 @@ def test_catalog_row_matches_the_fold(make_pg: StoreFactory, dsn: str) -> None:
         "Kyoto trip",
         "idle",
     )
-    assert row[7:11] == ("kyoto", "telegram", "42", "The user plans a Kyoto trip.")
+    assert row[7:11] == (b"kyoto", b"telegram", b"42", "The user plans a Kyoto trip.")
     assert row[11] == len(pg.read_bytes("kyoto:telegram:42"))
-    assert row[12] == [{"role": "user", "content": "Plan a trip to Kyoto"}]
+    assert msgspec.json.decode(row[12]) == [{"role": "user", "content": "Plan a trip to Kyoto"}]
 
 
 def test_snapshot_opens_the_same_state_and_a_bad_one_loses_to_the_log(
     make_pg: StoreFactory, dsn: str
 ) -> None:
-    pg = make_pg(snapshot_every=0)
+    pg = make_pg()
     _conversation(pg)
-    assert pg.save_snapshot("telegram:42") == 8
+    assert pg.write_snapshot("telegram:42").seq == 8
     pg.session("telegram:42").append_message("user", "after the snapshot")
     expected = pg.state("telegram:42")
-    assert make_pg().session("telegram:42").state == expected
+    other = make_pg()
+    assert other.snapshot_status("telegram:42").health == "valid"
+    loaded = other.load("telegram:42")
+    assert loaded.snapshot_seq == 8 and loaded.state == expected
+    assert other.session("telegram:42").state == expected
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'UPDATE "{pg.schema}".snapshots SET head = %s', ("0" * 32,))
-    assert make_pg().state("telegram:42") == expected
+        conn.execute(
+            f'UPDATE "{pg.schema}".snapshots SET data = overlay(data placing %s from 40)',
+            (b"garbage",),
+        )
+    third = make_pg()
+    assert third.snapshot_status("telegram:42").health == "corrupt"
+    assert third.session("telegram:42").state == expected
 
 
-def test_snapshots_are_written_every_n_events(make_pg: StoreFactory, dsn: str) -> None:
-    pg = make_pg(snapshot_every=10)
-    w = pg.session("snap:1")
-    for i in range(25):
-        w.append_message("user", f"m{i}")
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(f'SELECT seq FROM "{pg.schema}".snapshots').fetchone()
-    assert row == (20,)
-    assert make_pg().state("snap:1") == w.state
+def test_read_tail_reads_rows_from_a_byte_offset(make_pg: StoreFactory) -> None:
+    pg = make_pg()
+    _conversation(pg)
+    data = pg.read_bytes("telegram:42")
+    for offset in (
+        0,
+        1,
+        data.index(b"\n") + 1,
+        len(data) // 2,
+        len(data) - 1,
+        len(data),
+        len(data) + 9,
+    ):
+        assert pg.read_tail("telegram:42", offset) == (len(data), data[offset:])
+    with pytest.raises(SessionNotFoundError):
+        pg.read_tail("nobody", 0)
+
+
+def test_cut_moves_the_tail_to_quarantine(make_pg: StoreFactory) -> None:
+    pg = make_pg()
+    _conversation(pg)
+    data = pg.read_bytes("telegram:42")
+    offset = data.index(b"\n", data.index(b"\n") + 1) + 1  # after header and one event
+    report = pg.cut("telegram:42", offset, reason="test")
+    assert report is not None and report.bytes == len(data) - offset
+    assert pg.read_bytes("telegram:42") == data[:offset]
+    assert pg.state("telegram:42").seq == 1
+    assert pg.session("telegram:42").append_message("user", "again") == 2
 
 
 def test_appends_notify_listeners(make_pg: StoreFactory, dsn: str) -> None:
@@ -439,7 +468,7 @@ def test_appends_notify_listeners(make_pg: StoreFactory, dsn: str) -> None:
         listener.execute(f'LISTEN "{pg._sql.channel}"')
         w.append_message("user", "ping")
         got = next(listener.notifies(timeout=5, stop_after=1))
-    assert got.payload == "n:1\n1"
+    assert msgspec.json.decode(got.payload) == ["n:1", 1]
 
 
 def test_decoded_export_has_the_header_first(make_pg: StoreFactory) -> None:
