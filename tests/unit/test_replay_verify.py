@@ -1,0 +1,114 @@
+"""replay.verify: which line failed and why; every single-byte change is caught."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from replay_sample import KEY, build_sample
+
+import replay
+from eventlog import (
+    ZERO_HASH,
+    FileStore,
+    Header,
+    MemoryStore,
+    MessageAppended,
+    NotALogError,
+    SessionNotFoundError,
+    encode_lines,
+)
+from datetime import UTC, datetime
+
+
+def sample_bytes() -> bytes:
+    store = MemoryStore()
+    build_sample(store)
+    return store.read_bytes(KEY)
+
+
+def test_a_sound_store_verifies(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, durability="none")
+    build_sample(store)
+    build_sample(store, "slack:7")
+    report = replay.verify(store)
+    assert report.ok and report.problems == []
+    assert report.checked == 2
+    one = report.session(KEY)
+    assert one.ok and one.seq == 16 and one.lines == 17
+    assert one.head == store.load(KEY).state.head
+
+
+def test_every_single_byte_change_is_caught() -> None:
+    data = sample_bytes()
+    path = "sample.jsonl"
+    assert replay.check_log(data, key=KEY, path=path).ok
+    line_of = [data.count(b"\n", 0, i) + 1 for i in range(len(data))]
+    for i in range(len(data)):
+        for new in {data[i] ^ 0x01, data[i] ^ 0x20, ord("0") if data[i] != ord("0") else ord("1")}:
+            mutated = data[:i] + bytes([new]) + data[i + 1 :]
+            report = replay.check_log(mutated, key=KEY, path=path)
+            assert not report.ok, f"byte {i} -> {new:#x} not caught"
+            # The report names the line that was changed (or, for a newline, the line it ended).
+            assert report.problems[0].line in (line_of[i], line_of[i] + 1), (i, report.problems)
+
+
+def test_a_deleted_or_swapped_line_is_caught() -> None:
+    lines = sample_bytes().splitlines(keepends=True)
+    deleted = b"".join(lines[:5] + lines[6:])
+    swapped = b"".join(lines[:5] + [lines[6], lines[5]] + lines[7:])
+    for data in (deleted, swapped):
+        report = replay.check_log(data, key=KEY, path="x")
+        assert [(p.line, "hash mismatch" in p.what) for p in report.problems][:1] == [(6, True)]
+
+
+def test_a_torn_tail_is_reported_with_its_line() -> None:
+    data = sample_bytes()
+    report = replay.check_log(data + b'{"type":"mess', key=KEY, path="x")
+    assert not report.ok and report.torn_bytes == 13
+    assert report.problems[0].line == 18 and "torn" in report.problems[0].what
+
+
+def test_keyed_verify_needs_the_key(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, durability="none", hash_key="s3cret")
+    build_sample(store)
+    assert replay.verify(store).ok
+    assert replay.verify(store, hash_key="s3cret").ok
+    wrong = replay.verify(store, KEY, hash_key="guess")
+    assert not wrong.ok
+    assert wrong.problems[0].line == 1 and "not a session log" in wrong.problems[0].what
+    # An unkeyed reader cannot vouch for a keyed log either.
+    assert not replay.verify(FileStore(tmp_path, durability="none"), KEY).ok
+
+
+def test_repeated_ids_and_a_wrong_header_key_are_reported() -> None:
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    header = Header(seq=0, ts=ts, id="h", key="other", created_at=ts)
+    events = [
+        MessageAppended(seq=1, ts=ts, id="same", message={"role": "user", "content": "a"}),
+        MessageAppended(seq=2, ts=ts, id="same", message={"role": "user", "content": "b"}),
+    ]
+    data, _ = encode_lines([header, *events], ZERO_HASH)
+    report = replay.check_log(data, key="mine", path="x")
+    whats = [(p.line, p.what) for p in report.problems]
+    assert whats[0] == (1, "the header names session 'other', not 'mine'")
+    assert whats[1] == (3, "event id 'same' repeats line 2")
+
+
+def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "s", durability="none")
+    build_sample(store)
+    with pytest.raises(SessionNotFoundError):
+        replay.verify(store, "nobody")
+    # A file that is not a log, filed under a key's name, is reported, not fixed.
+    junk = store.path_for("junk")
+    junk.write_bytes(b"hello\nworld\n")
+    report = replay.verify(store, "junk")
+    assert report.problems[0].file == str(junk)
+    assert "not a session log" in report.problems[0].what
+    assert junk.read_bytes() == b"hello\nworld\n"
+    gone = FileStore(tmp_path / "gone", durability="none")
+    os.rmdir(gone.root)
+    with pytest.raises(NotALogError, match="gone"):
+        replay.verify(gone)
