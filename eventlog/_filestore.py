@@ -56,6 +56,8 @@ def _open_nofollow(path: str, flags: int, mode: int = 0o600) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePathError(path, "it is a symlink") from exc
+        if exc.errno == errno.EISDIR:
+            raise UnsafePathError(path, "not a regular file") from exc
         raise
 
 
@@ -354,6 +356,8 @@ class FileStore(BaseStore):
         for entry in entries:
             name = entry.name
             if not name.endswith(LOG_SUFFIX) or name.startswith("."):
+                continue
+            if not entry.is_file(follow_symlinks=False):
                 continue
             key = stem_to_key(name[: -len(LOG_SUFFIX)])
             if key is None:

@@ -23,7 +23,9 @@ from eventlog import (
     LockedError,
     MessageAppended,
     NotALogError,
+    UnknownEvent,
     UnsafePathError,
+    chain_hash,
     decode_log,
     verify_chain,
 )
@@ -169,6 +171,40 @@ def test_symlink_at_the_quarantine_path_is_refused(tmp_path: Path, store: FileSt
     with pytest.raises(UnsafePathError):
         FileStore(store.root).session("k")
     assert target.read_bytes() == b"keep"
+
+
+def test_directory_at_a_log_path_is_refused(store: FileStore) -> None:
+    store.path_for("k").mkdir()
+    for call in (
+        lambda: store.session("k"),
+        lambda: store.load("k"),
+        lambda: store.delete("k"),
+    ):
+        with pytest.raises(UnsafePathError, match="not a regular file"):
+            call()
+    assert store.keys() == []
+    assert store.path_for("k").is_dir()
+
+
+def test_symlinked_log_is_not_listed(tmp_path: Path, store: FileStore) -> None:
+    store.session("real").append_message("user", "x")
+    store.path_for("alias").symlink_to(store.path_for("real"))
+    assert store.keys() == ["real"]
+
+
+def test_unknown_event_from_a_newer_writer_is_kept(root: Path, store: FileStore) -> None:
+    data = write_messages(store, "k", 1)
+    head = decode_log(data).head
+    body = b'{"type":"reaction","seq":2,"ts":"2026-11-25T10:00:00Z","id":"r","emoji":"+1"'
+    line = body + b',"h":"' + chain_hash(head, body).encode() + b'"}\n'
+    store.path_for("k").write_bytes(data + line)
+    fresh = FileStore(root, durability="none")
+    s = fresh.session("k")
+    assert s.state.unknown_events == 1 and s.seq == 2
+    assert isinstance(fresh.load("k").events[-1], UnknownEvent)
+    assert s.append_message("user", "next") == 3
+    assert store.path_for("k").read_bytes().startswith(data + line)
+    fresh.close()
 
 
 @pytest.mark.parametrize(
