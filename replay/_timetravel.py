@@ -109,7 +109,8 @@ def state_at(
         cut = data.rfind(b"\n") + 1
     decoded = decode_log(data[:cut], key=store.hash_key)
     # A torn last line is not part of the log (recover cuts it); a bad line before it is fatal.
-    problem = decoded.bad or (decoded.torn if decoded.header is None else None)
+    torn_mid = decoded.torn is not None and (decoded.header is None or cut < len(data))
+    problem = decoded.bad or (decoded.torn if torn_mid else None)
     if problem is not None:
         raise CorruptLogError(path, problem.line, problem.reason)
     assert decoded.header is not None
