@@ -24,7 +24,8 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -38,7 +39,7 @@ from ._writeapi import Draft, WriteAPI, stage
 from ._writer import Durability, SessionIO
 
 
-class AsyncSessionWriter(WriteAPI[Awaitable[int]]):
+class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int]]):
     """Appends events to one session from async code; from ``await store.session(key)``.
 
     Same methods as :class:`SessionWriter`; each write is awaited and resolves to its seq.

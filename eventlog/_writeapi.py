@@ -150,7 +150,7 @@ def _unserialisable(mapping: Mapping[str, Any]) -> str:
 
 
 class WriteAPI(abc.ABC, Generic[_R]):
-    """The write methods both writers share; ``_R`` is ``int`` (sync) or ``Awaitable[int]``.
+    """The write methods both writers share; ``_R`` is ``int`` or a coroutine of ``int``.
 
     Every write method accepts ``expected_seq=`` (raise :class:`ConflictError` unless the log's
     last seq equals it, writing nothing) and ``id=`` (an event id; appending an id already in the
