@@ -373,7 +373,13 @@ class FileStore(BaseStore):
         except (OSError, UnsafePathError):
             return None
         try:
-            first = os.read(fd, 1 << 16).split(b"\n", 1)[0]
+            chunks: list[bytes] = []
+            while True:  # the header line can be longer than one read (large metadata)
+                chunk = os.read(fd, 1 << 16)
+                chunks.append(chunk)
+                if not chunk or b"\n" in chunk:
+                    break
+            first = b"".join(chunks).split(b"\n", 1)[0]
         finally:
             os.close(fd)
         try:

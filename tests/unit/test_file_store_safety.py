@@ -96,6 +96,14 @@ def test_every_key_gets_its_own_file_inside_root(root: Path, store: FileStore) -
         assert reopened.load(key).header.key == key
 
 
+def test_hashed_names_are_listed_from_headers_of_any_size(root: Path, store: FileStore) -> None:
+    long_key = "x" * 300  # too long for a reversible name: keys() reads the header
+    store.session(long_key, metadata={"big": "y" * 200_000}).append_message("user", "x")
+    store.session("short").append_message("user", "y")
+    assert "~" in store.path_for(long_key).name
+    assert FileStore(root).keys() == ["short", long_key]
+
+
 def test_store_directory_symlink_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
