@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 import projections
+import replay
 from eventlog import EventLogError, FileStore, InvalidEventError, key_to_stem
 
 from ._nanobot_diff import TAIL_CHECK, diff_messages
@@ -144,7 +145,7 @@ class SessionManager:
         """Every stored session (key, created_at, updated_at, title, preview, path), newest first."""
         self._ensure_imported()
         rows = projections.list_sessions(self.store)
-        out = [
+        return [
             {
                 "key": row.key,
                 "created_at": local_time(row.created_at).isoformat(),
@@ -155,8 +156,6 @@ class SessionManager:
             }
             for row in rows
         ]
-        out.sort(key=lambda row: row["updated_at"], reverse=True)
-        return out
 
     # -- beyond nanobot --------------------------------------------------------------------------
 
@@ -305,7 +304,57 @@ class SessionManager:
                 self._imported = True
 
     def _import_workspace(self) -> None:
-        pass  # TODO: replay's nanobot importer
+        """Import every nanobot file in ``sessions/`` not yet in the ledger (replay's importer)."""
+        done, deleted = self._read_ledger()
+        for path in sorted(self.sessions_dir.glob("*.jsonl")):
+            if path.name in done or path.is_symlink() or not path.is_file():
+                continue
+            self._import_file(path, deleted)
+
+    def _import_file(self, path: Path, deleted: set[str]) -> None:
+        key: str | None = None
+        try:
+            parsed = replay.parse_nanobot(path.read_bytes(), str(path))
+        except replay.ForeignFormatError:
+            # No key in the file: nanobot itself falls back to the file name (lossy, but the
+            # only name such a session ever had).
+            key = path.stem.replace("_", ":", 1)
+            try:
+                parsed = replay.parse_nanobot(path.read_bytes(), str(path), key=key)
+            except replay.ForeignFormatError as exc:
+                logger.warning("Not importing %s: %s", path, exc)
+                self._record({"event": "skipped", "file": path.name, "why": str(exc)})
+                return
+        except OSError as exc:
+            logger.warning("Cannot read %s: %s", path, exc)
+            return  # retried on the next start
+        if parsed.key in deleted:
+            self._record(
+                {"event": "skipped", "file": path.name, "key": parsed.key, "why": "deleted"}
+            )
+            return
+        try:
+            report = replay.import_nanobot(self.store, path, key=key)
+        except EventLogError as exc:
+            logger.warning("Failed to import %s: %s", path, exc)
+            return  # retried on the next start
+        for item in report.sessions:
+            if item.bad_lines:
+                logger.warning(
+                    "Skipped %d corrupt lines in session %s (kept in quarantine)",
+                    item.bad_lines,
+                    item.key,
+                )
+            self._record(
+                {
+                    "event": "imported",
+                    "file": path.name,
+                    "key": item.key,
+                    "outcome": item.outcome,
+                    "messages": item.messages,
+                    "bad_lines": item.bad_lines,
+                }
+            )
 
 
 def _metadata_changes(before: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:

@@ -139,15 +139,21 @@ class Session:
         self.updated_at = datetime.now()
         self.metadata.pop("_last_summary", None)
 
-    def retain_recent_legal_suffix(self, max_messages: int) -> None:
-        """Keep a legal recent suffix of at most ``max_messages`` (``projections`` plan)."""
+    def retain_recent_legal_suffix(self, max_messages: int) -> tuple[list[dict[str, Any]], int]:
+        """Keep a legal recent suffix of at most ``max_messages`` (``projections`` plan).
+
+        Returns ``(dropped, already_consolidated)`` as nanobot 0.2.2 does: the removed messages
+        in their order, and how many of them were below the consolidation cursor.
+        """
         if max_messages <= 0:
+            dropped = list(self.messages)
+            below = min(valid_cursor(self.last_consolidated, len(dropped)), len(dropped))
             self.clear()
-            return
+            return dropped, below
         state = self.log_state()
         if len(state.messages) <= max_messages:
-            return
-        self._take(state, projections.retain_recent_legal_suffix(state, max_messages))
+            return [], 0
+        return self._take(state, projections.retain_recent_legal_suffix(state, max_messages))
 
     def enforce_file_cap(
         self,
@@ -172,17 +178,29 @@ class Session:
             len(self.messages),
         )
 
-    def _take(self, state: SessionState, plan: projections.TrimPlan) -> None:
-        """Carry a trimming plan out on ``messages`` and the cursor (saved later as events)."""
+    def _take(
+        self, state: SessionState, plan: projections.TrimPlan
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Carry a trimming plan out on ``messages`` and the cursor (saved later as events).
+
+        Returns the dropped messages and how many of them were below the cursor.
+        """
         after = fold_plan(state, plan)
-        n = len(self.messages)
+        messages = self.messages
+        n = len(messages)
+        cursor = valid_cursor(self.last_consolidated, n)
         if plan.clear:
+            dropped, below = list(messages), cursor
             self.messages = []
         else:
-            self.messages = self.messages[plan.drop : n - plan.retract] + list(plan.reappend)
+            hi = n - plan.retract
+            dropped = messages[: plan.drop] + messages[hi:]
+            below = min(plan.drop, cursor) + max(0, cursor - hi)
+            self.messages = messages[plan.drop : hi] + list(plan.reappend)
         self.last_consolidated = after.last_consolidated
         self.updated_at = datetime.now()
         self._trim_reason = plan.reason
+        return dropped, below
 
     def log_state(self) -> SessionState:
         """The folded state this session has once saved: the log's, plus the unsaved changes.

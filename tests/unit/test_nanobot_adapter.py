@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -370,6 +371,7 @@ def test_save_with_fsync_syncs(manager: SessionManager, monkeypatch: pytest.Monk
 
     calls: list[int] = []
     real = filestore._fsync
+
     def counting(fd: int) -> None:
         calls.append(fd)
         real(fd)
@@ -382,3 +384,204 @@ def test_save_with_fsync_syncs(manager: SessionManager, monkeypatch: pytest.Monk
     session.add_message("user", "again")
     manager.save(session, fsync=True)
     assert len(calls) == 1
+
+
+# -- the manager ------------------------------------------------------------------------------
+
+
+def test_reload_in_a_fresh_manager_gives_the_same_session(workspace: Path) -> None:
+    with SessionManager(workspace) as first:
+        session = first.get_or_create("telegram:42")
+        session.messages.extend(convo(6))
+        session.metadata["title"] = "Kyoto"
+        session.last_consolidated = 2
+        first.save(session)
+    with SessionManager(workspace) as second:
+        again = second.get_or_create("telegram:42")
+        assert again.messages == convo(6)
+        assert again.metadata == {"title": "Kyoto"}
+        assert again.last_consolidated == 2
+        assert again.created_at.tzinfo is None and again.updated_at >= again.created_at
+        again.add_message("user", "more")
+        second.save(again)  # a loaded session saves only the new message
+        assert kinds(events_of(second, "telegram:42"))[-1] == "MessageAppended"
+
+
+def test_get_or_create_caches_and_does_not_store_until_saved(manager: SessionManager) -> None:
+    session = manager.get_or_create("new")
+    assert manager.get_or_create("new") is session
+    assert manager.read_session_file("new") is None
+    assert manager.list_sessions() == []
+    manager.save(session)
+    assert manager.read_session_file("new") is not None
+
+
+def test_keys_that_collide_under_nanobots_naming_stay_separate(manager: SessionManager) -> None:
+    assert manager.safe_key("a:b") != manager.safe_key("a_b")
+    for key in ("a:b", "a_b"):
+        session = manager.get_or_create(key)
+        session.add_message("user", f"I am {key}")
+        manager.save(session)
+    manager.invalidate("a:b")
+    manager.invalidate("a_b")
+    assert manager.get_or_create("a:b").messages[0]["content"] == "I am a:b"
+    assert manager.get_or_create("a_b").messages[0]["content"] == "I am a_b"
+    assert sorted(row["key"] for row in manager.list_sessions()) == ["a:b", "a_b"]
+
+
+def test_list_sessions_rows_newest_first(manager: SessionManager) -> None:
+    for key, title in (("cli:one", "First"), ("cli:two", None)):
+        session = manager.get_or_create(key)
+        session.messages.append({"role": "assistant", "content": "  hello\n  there "})
+        session.messages.append({"role": "user", "content": f"question from {key}"})
+        if title:
+            session.metadata["title"] = title
+        manager.save(session)
+    rows = manager.list_sessions()
+    assert [r["key"] for r in rows] == ["cli:two", "cli:one"]
+    assert set(rows[0]) == {"key", "created_at", "updated_at", "title", "preview", "path"}
+    assert rows[1]["title"] == "First" and rows[0]["title"] == ""
+    assert rows[0]["preview"] == "question from cli:two"
+    assert Path(rows[0]["path"]) == manager.store.path_for("cli:two")
+    assert rows[0]["updated_at"] >= rows[1]["updated_at"]
+
+
+def test_read_session_file_reads_the_disk_without_caching(manager: SessionManager) -> None:
+    session = manager.get_or_create("k")
+    session.messages.extend(convo(2))
+    session.metadata["t"] = 1
+    manager.save(session)
+    session.add_message("user", "unsaved")
+    data = manager.read_session_file("k")
+    assert data is not None
+    assert data["key"] == "k" and data["metadata"] == {"t": 1}
+    assert data["messages"] == convo(2)
+    assert isinstance(data["created_at"], str) and isinstance(data["updated_at"], str)
+
+
+def test_invalidate_drops_unsaved_changes(manager: SessionManager) -> None:
+    session = manager.get_or_create("k")
+    session.messages.extend(convo(2))
+    manager.save(session)
+    session.add_message("user", "unsaved")
+    manager.invalidate("k")
+    fresh = manager.get_or_create("k")
+    assert fresh is not session and fresh.messages == convo(2)
+    manager.save(session)  # the old object still saves (it rebinds to the log)
+    assert manager.store.state("k").message_dicts[-1]["content"] == "unsaved"
+
+
+def test_flush_all_saves_every_cached_session_with_fsync(
+    manager: SessionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import eventlog._filestore as filestore
+
+    synced: list[int] = []
+    real = filestore._fsync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(filestore, "_fsync", counting)
+    for key in ("a", "b"):
+        manager.get_or_create(key).add_message("user", key)
+    assert manager.flush_all() == 2
+    assert len(synced) == 2
+    assert manager.store.keys() == ["a", "b"]
+
+
+def test_delete_session_removes_it_for_good(manager: SessionManager) -> None:
+    session = manager.get_or_create("k")
+    session.add_message("user", "hi")
+    manager.save(session)
+    assert manager.delete_session("k") is True
+    assert manager.delete_session("k") is False
+    assert manager.read_session_file("k") is None
+    assert manager.get_or_create("k").messages == []
+
+
+# -- nanobot's own files in the workspace -----------------------------------------------------
+
+
+def write_nanobot_file(workspace: Path, name: str, lines: list[str | dict[str, Any]]) -> Path:
+    """A session file as nanobot writes it (the test writes the format itself)."""
+    sessions = workspace / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    path = sessions / name
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def nanobot_meta(key: str | None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "_type": "metadata",
+        "created_at": "2026-11-20T09:00:00",
+        "updated_at": "2026-11-20T09:05:00",
+        "metadata": {"title": "Old chat"},
+        "last_consolidated": 1,
+        **extra,
+    }
+    if key is not None:
+        meta["key"] = key
+    return meta
+
+
+def test_nanobot_files_are_imported_once_with_corrupt_lines_quarantined(workspace: Path) -> None:
+    write_nanobot_file(
+        workspace,
+        "telegram_42.jsonl",
+        [
+            nanobot_meta("telegram:42"),
+            {"role": "user", "content": "hello", "timestamp": "2026-11-20T09:00:01"},
+            '{"role": "assistant", "content": "torn',
+            {"role": "assistant", "content": "hi!", "timestamp": "2026-11-20T09:00:02"},
+        ],
+    )
+    with SessionManager(workspace) as manager:
+        session = manager.get_or_create("telegram:42")
+        assert [m["content"] for m in session.messages] == ["hello", "hi!"]
+        assert session.metadata == {"title": "Old chat"} and session.last_consolidated == 1
+        quarantine = manager.store.quarantine_path("telegram:42").read_text()
+        assert "torn" in quarantine
+        session.add_message("user", "new turn")
+        manager.save(session)
+    with SessionManager(workspace) as manager:  # not imported a second time
+        assert [m["content"] for m in manager.get_or_create("telegram:42").messages] == [
+            "hello",
+            "hi!",
+            "new turn",
+        ]
+        assert (workspace / "sessions" / "telegram_42.jsonl").exists()  # left untouched
+
+
+def test_a_deleted_session_never_comes_back_from_its_nanobot_file(workspace: Path) -> None:
+    write_nanobot_file(
+        workspace, "cli_x.jsonl", [nanobot_meta("cli:x"), {"role": "user", "content": "a"}]
+    )
+    with SessionManager(workspace) as manager:
+        assert manager.delete_session("cli:x") is True
+    with SessionManager(workspace) as manager:
+        assert manager.read_session_file("cli:x") is None
+        assert manager.list_sessions() == []
+
+
+def test_a_nanobot_file_without_a_key_takes_nanobots_file_name_fallback(workspace: Path) -> None:
+    write_nanobot_file(
+        workspace, "cli_direct.jsonl", [nanobot_meta(None), {"role": "user", "content": "a"}]
+    )
+    write_nanobot_file(workspace, "garbage.jsonl", ["not json at all", "{{{"])
+    with SessionManager(workspace) as manager:
+        assert [r["key"] for r in manager.list_sessions()] == ["cli:direct"]
+        ledger = manager.ledger_path.read_text()
+        assert "garbage.jsonl" in ledger  # recorded as skipped: not tried again
+
+
+def test_colliding_nanobot_keys_import_from_the_metadata_line(workspace: Path) -> None:
+    write_nanobot_file(
+        workspace, "a_b.jsonl", [nanobot_meta("a_b"), {"role": "user", "content": "x"}]
+    )
+    with SessionManager(workspace) as manager:
+        assert manager.get_or_create("a_b").messages[0]["content"] == "x"
+        assert manager.get_or_create("a:b").messages == []
