@@ -23,7 +23,7 @@ from eventlog import BaseStore, LockedError, SessionNotFoundError, decode_log
 from ._errors import RecoverRefusedError
 from ._report import Finding, RecoverReport, SessionRecover
 from ._verify import _check_decoded, check_heads
-from ._views import rebuild_catalog, rebuild_snapshot, recorded_heads, snapshot_stale, where
+from ._views import Views, rebuild_catalog, rebuild_snapshot, where
 
 _RETRIES = 3
 
@@ -50,6 +50,7 @@ def recover(
     if locked and not skip_locked:
         raise RecoverRefusedError(locked, [where(store, k) for k in locked])
     held = set(locked)
+    views = Views(store)
     report = RecoverReport()
     for key in names:
         result = SessionRecover(key=key, path=where(store, key))
@@ -57,7 +58,7 @@ def recover(
             _locked(result)
         else:
             try:
-                _recover_one(store, key, result)
+                _recover_one(store, key, result, views)
             except SessionNotFoundError:
                 continue  # deleted meanwhile
         report.sessions.append(result)
@@ -73,7 +74,7 @@ def _locked(result: SessionRecover) -> None:
     )
 
 
-def _recover_one(store: BaseStore, key: str, result: SessionRecover) -> None:
+def _recover_one(store: BaseStore, key: str, result: SessionRecover, views: Views) -> None:
     for _ in range(_RETRIES):
         data = store.read_bytes(key)
         decoded = decode_log(data, key=store.hash_key)
@@ -99,12 +100,13 @@ def _recover_one(store: BaseStore, key: str, result: SessionRecover) -> None:
             result.tail_cut += cut.bytes
             result.quarantine = cut.quarantine
             continue  # read the cut log again to check what is left
-        heads = recorded_heads(store, key)
-        check_heads(check, decoded, heads)
-        result.problems.extend(check.problems)
-        if decoded.bad is not None:
+        recorded = views.recorded(key)
+        check_heads(check, decoded, recorded)
+        # A stale or corrupt snapshot is the view's fault, not the log's: rebuilt, not reported.
+        result.problems.extend(p for p in check.problems if not p.what.startswith("the snapshot"))
+        if decoded.bad is not None or decoded.header is None:
             return  # corruption in the middle is reported, never repaired implicitly
-        if decoded.header is not None and (check.truncated or snapshot_stale(store, key)):
+        if any(r.view == "snapshot" and r.health != "valid" for r in recorded) or check.truncated:
             result.snapshot_rebuilt = rebuild_snapshot(store, key)
         return
     result.problems.append(Finding(result.path, 0, "the log kept changing while recovering it"))

@@ -21,7 +21,7 @@ from eventlog import (
 )
 
 from ._report import Finding, SessionVerify, VerifyReport
-from ._views import recorded_heads, where
+from ._views import Recorded, Views, where
 
 
 def check_log(data: bytes, *, key: str | None, path: str, hash_key: bytes = b"") -> SessionVerify:
@@ -76,39 +76,64 @@ def _check_decoded(decoded: Decoded, data: bytes, *, key: str | None, path: str)
     return report
 
 
-def check_heads(report: SessionVerify, decoded: Decoded, heads: list[tuple[str, int, str]]) -> None:
-    """Compare the log's head with what the snapshot and catalog recorded (adds problems)."""
+def check_heads(report: SessionVerify, decoded: Decoded, recorded: list[Recorded]) -> None:
+    """Compare the log with what the snapshot and the catalog recorded (adds problems).
+
+    A view that recorded a later seq than the log holds means whole lines are gone: the log is
+    reported truncated. A view whose hash at its seq differs means the log was rewritten.
+    """
     if decoded.header is None or decoded.bad is not None:
         return
     base = decoded.header.seq
-    for view, seq, head in heads:
-        if seq < base:
+    for rec in recorded:
+        if rec.health == "corrupt":
+            report.problems.append(
+                Finding(
+                    report.path, 0, f"the snapshot is corrupt ({rec.reason}); recover rebuilds it"
+                )
+            )
+            continue
+        if rec.seq < base:
             continue  # a point in an earlier segment: not this file's to check
-        if seq > report.seq:
+        if rec.seq > report.seq:
             report.truncated = True
             report.problems.append(
                 Finding(
                     report.path,
                     0,
-                    f"truncated: the {view} records seq {seq} (head {head[:12]}...), but the log "
-                    f"ends at seq {report.seq}; whole lines are missing",
+                    f"truncated: the {rec.view} records seq {rec.seq}, but the log ends at seq "
+                    f"{report.seq}; whole lines are missing",
                 )
             )
             continue
-        at = decoded.header.h if seq == base else decoded.events[seq - base - 1].h
-        if at != head:
+        if rec.head is None:
+            if rec.health == "stale":
+                report.problems.append(
+                    Finding(
+                        report.path,
+                        rec.seq - base + 1,
+                        f"the snapshot at seq {rec.seq} disagrees with the log ({rec.reason})",
+                    )
+                )
+            continue
+        at = decoded.header.h if rec.seq == base else decoded.events[rec.seq - base - 1].h
+        if at != rec.head:
             report.problems.append(
                 Finding(
                     report.path,
-                    seq - base + 1,
-                    f"the {view} records head {head[:12]}... at seq {seq}, but the log has "
-                    f"{at[:12]}... there: the log was rewritten",
+                    rec.seq - base + 1,
+                    f"the {rec.view} records head {rec.head[:12]}... at seq {rec.seq}, but the "
+                    f"log has {at[:12]}... there: the log was rewritten",
                 )
             )
 
 
 def verify_session(
-    store: BaseStore, key: str, *, hash_key: bytes | str | None = None
+    store: BaseStore,
+    key: str,
+    *,
+    hash_key: bytes | str | None = None,
+    views: Views | None = None,
 ) -> SessionVerify:
     """Verify one session of ``store`` (raises :class:`SessionNotFoundError` if absent)."""
     secret = store.hash_key if hash_key is None else normalize_key(hash_key)
@@ -116,7 +141,7 @@ def verify_session(
     data = store.read_bytes(key)
     decoded = decode_log(data, key=secret)
     report = _check_decoded(decoded, data, key=key, path=path)
-    check_heads(report, decoded, recorded_heads(store, key))
+    check_heads(report, decoded, (views or Views(store)).recorded(key))
     return report
 
 
@@ -139,9 +164,10 @@ def verify(
         keys = [key]
     else:
         keys = store.keys()
+    views = Views(store)
     for k in keys:
         try:
-            report.sessions.append(verify_session(store, k, hash_key=hash_key))
+            report.sessions.append(verify_session(store, k, hash_key=hash_key, views=views))
         except SessionNotFoundError:
             if key is not None:
                 raise

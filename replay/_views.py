@@ -1,16 +1,19 @@
 """The derived views replay checks and rebuilds: snapshots and the session catalog.
 
 Both are projections (rebuildable from the logs, never authoritative). This module is the one
-place replay talks to them, so verify and recover read the same recorded heads.
+place replay talks to them, so verify and recover read the same recorded points. The catalog is
+read as stored (never refreshed first: a refresh would re-read a shortened log and erase the
+evidence that whole lines went missing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import projections
-from eventlog import BaseStore
+from eventlog import BaseStore, EventLogError
 
 
 def where(store: BaseStore, key: str) -> str:
@@ -19,50 +22,76 @@ def where(store: BaseStore, key: str) -> str:
     return describe(key) if describe is not None else key
 
 
-def _optional(name: str) -> Callable[..., Any] | None:
-    func: Callable[..., Any] | None = getattr(projections, name, None)
-    return func
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A point of a session's log that a view recorded.
+
+    ``head`` is the chain hash at ``seq`` when the view keeps it (the catalog); the snapshot is
+    checked against the log by the store, which says ``health`` and ``reason``.
+    """
+
+    view: str
+    seq: int
+    head: str | None = None
+    health: str = "valid"
+    reason: str = ""
 
 
-def recorded_heads(store: BaseStore, key: str) -> list[tuple[str, int, str]]:
-    """(view, seq, head) that the snapshot and the catalog record for ``key``'s log."""
-    out: list[tuple[str, int, str]] = []
-    status = _optional("snapshot_status")
-    if status is not None:
-        st = status(store, key)
-        seq = getattr(st, "seq", None)
-        head = getattr(st, "head", None)
-        if isinstance(seq, int) and isinstance(head, str) and head:
-            out.append(("snapshot", seq, head))
-    row = _optional("catalog_head")
-    if row is not None:
-        got = row(store, key)
-        if got is not None:
-            out.append(("catalog", int(got[0]), str(got[1])))
-    return out
+def _catalog_heads(store: BaseStore) -> dict[str, tuple[int, str]]:
+    """key -> (seq, head) of every row in the stored catalog, as stored."""
+    public: Callable[[BaseStore], dict[str, tuple[int, str]]] | None = getattr(
+        projections, "catalog_heads", None
+    )
+    if public is not None:
+        return public(store)
+    catalog: Any = getattr(projections, "_catalog", None)
+    load: Callable[[BaseStore], list[Any]] | None = getattr(catalog, "_load_entries", None)
+    if load is None:
+        return {}
+    heads: dict[str, tuple[int, str]] = {}
+    for entry in load(store):
+        info = getattr(entry.row, "info", None)
+        if info is not None and info.head:
+            heads[info.key] = (info.seq, info.head)
+    return heads
 
 
-def snapshot_stale(store: BaseStore, key: str) -> bool:
-    """Whether ``key``'s snapshot is missing, stale or corrupt (False when there are none)."""
-    status = _optional("snapshot_status")
-    if status is None:
-        return False
-    st = status(store, key)
-    return not bool(getattr(st, "ok", True))
+class Views:
+    """What the views of one store recorded, read once for a whole verify or recover run."""
+
+    def __init__(self, store: BaseStore) -> None:
+        self.store = store
+        try:
+            self.catalog = _catalog_heads(store)
+        except (EventLogError, OSError, ValueError):
+            self.catalog = {}
+
+    def recorded(self, key: str) -> list[Recorded]:
+        """The points the snapshot and the catalog recorded for ``key``."""
+        out: list[Recorded] = []
+        status = getattr(self.store, "snapshot_status", None)
+        if status is not None:
+            st = status(key)
+            if st.health != "missing":
+                out.append(Recorded("snapshot", st.seq, None, st.health, st.reason))
+        row = self.catalog.get(key)
+        if row is not None:
+            out.append(Recorded("catalog", row[0], row[1]))
+        return out
 
 
 def rebuild_snapshot(store: BaseStore, key: str) -> bool:
-    """Rebuild ``key``'s snapshot from its log; False when this store keeps none."""
-    rebuild = _optional("rebuild_snapshot")
+    """Rebuild ``key``'s snapshot from its whole log; False when this store keeps none."""
+    rebuild: Callable[..., Any] | None = getattr(store, "write_snapshot", None)
     if rebuild is None:
         return False
-    rebuild(store, key)
-    return True
+    status = rebuild(key, rebuild=True)
+    return bool(getattr(status, "written", False))
 
 
 def rebuild_catalog(store: BaseStore) -> bool:
     """Rebuild the session catalog from the logs; False when there is none."""
-    rebuild = _optional("rebuild_catalog")
+    rebuild: Callable[[BaseStore], Any] | None = getattr(projections, "rebuild_catalog", None)
     if rebuild is None:
         return False
     rebuild(store)
