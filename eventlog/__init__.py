@@ -79,6 +79,7 @@ from ._names import key_to_stem, stem_to_key
 from ._pg_schema import SchemaVersionError
 from ._postgres import CommitUnknownError, PostgresStore
 from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
+from ._views import LogStat, SnapshotStatus, ViewStorage
 from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
 from ._writer import DURABILITIES, Durability, SessionIO, SessionWriter, new_event_id
 
@@ -123,6 +124,7 @@ __all__ = (
     "LineDecoder",
     "LoadedLog",
     "LockedError",
+    "LogStat",
     "MemoryStore",
     "MessageAppended",
     "MetadataChanged",
@@ -136,6 +138,7 @@ __all__ = (
     "SessionNotFoundError",
     "SessionState",
     "SessionWriter",
+    "SnapshotStatus",
     "StorageError",
     "Store",
     "StoreClosedError",
@@ -149,6 +152,7 @@ __all__ = (
     "UnsafePathError",
     "UsageRecorded",
     "UsageTotals",
+    "ViewStorage",
     "apply",
     "chain_hash",
     "decode_log",

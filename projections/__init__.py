@@ -1,5 +1,14 @@
 """The read side: LLM history, session catalog, snapshots and stats, all derived from the log."""
 
+from ._catalog import (
+    CatalogFilter,
+    CatalogQuery,
+    catalog_rows,
+    list_sessions,
+    rebuild_catalog,
+    select,
+)
+from ._catalog_row import SessionInfo
 from ._compaction_policy import CompactionPolicy
 from ._history import (
     DEFAULT_MAX_MESSAGES,
@@ -17,6 +26,9 @@ from ._sanitize import (
     sanitize_assistant_text,
     session_preview,
 )
+from ._session_id import SessionID
+from ._snapshots import rebuild_snapshot, snapshot_status, write_snapshot
+from ._stats import StoreStats, stats_of, store_stats
 from ._trimming import (
     FILE_MAX_MESSAGES,
     TrimPlan,
@@ -33,9 +45,15 @@ __all__ = (
     "PREVIEW_MAX_CHARS",
     "SUMMARY_PREFIX",
     "SUMMARY_ROLE",
+    "CatalogFilter",
+    "CatalogQuery",
     "CompactionPolicy",
+    "SessionID",
+    "SessionInfo",
+    "StoreStats",
     "TrimPlan",
     "apply_plan",
+    "catalog_rows",
     "content_text",
     "context_start",
     "context_tokens",
@@ -45,11 +63,19 @@ __all__ = (
     "history_with_tokens",
     "image_breadcrumb",
     "legal_start",
+    "list_sessions",
     "orphaned_tool_indices",
     "preview_text",
+    "rebuild_catalog",
+    "rebuild_snapshot",
     "retain_recent_legal_suffix",
     "sanitize_assistant_text",
+    "select",
     "session_preview",
+    "snapshot_status",
+    "stats_of",
+    "store_stats",
     "token_usage_ratio",
     "truncate_to_budget",
+    "write_snapshot",
 )

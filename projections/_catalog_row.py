@@ -1,0 +1,252 @@
+"""One catalog row: built from a folded state, or advanced over appended log lines (pure).
+
+Invariants:
+- :func:`row_from_state` and :func:`advance` agree: advancing a row over lines gives the row of
+  the state those lines fold to. Events that drop live messages other than all of them
+  (``trimmed``, ``retracted``, ``cleared`` keeping some) cannot be followed without the
+  messages, so :func:`advance` returns None and the caller folds the session instead.
+- Lines are peeked, not fully decoded: one typed ``decode_lines`` call per chunk skips message
+  contents; only the lines that can set the preview, and the rare non-message events, are
+  decoded in full. Hashes are not recomputed here (``verify`` does that); the caller checks the
+  first new line chains from the row's head, so a replaced log is never advanced.
+- Summary: the latest compaction summary, else the metadata ``summary``. Title and tags come
+  from metadata ``title`` (a str) and ``tags`` (a list; its str items).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+import msgspec
+
+from eventlog import (
+    EVENT_TYPES,
+    Cleared,
+    Compacted,
+    KnownEvent,
+    LifecycleChanged,
+    MetadataChanged,
+    Retracted,
+    SessionState,
+    Trimmed,
+    chain_hash,
+    split_hash,
+)
+
+from ._sanitize import preview_text
+
+NO_PREVIEW: Final = 0
+ASSISTANT_PREVIEW: Final = 1
+USER_PREVIEW: Final = 2
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One session as the catalog lists it."""
+
+    key: str
+    title: str = ""
+    #: The first user message's text (else the first assistant's), at most 120 characters.
+    preview: str = ""
+    created_at: datetime
+    updated_at: datetime
+    #: Live messages and their stored token counts.
+    messages: int = 0
+    tokens: int = 0
+    #: Lifecycle state: active, idle, compacting, suspended, archived.
+    state: str = "active"
+    tags: tuple[str, ...] = ()
+    summary: str = ""
+    #: The last event's seq and chain hash.
+    seq: int = 0
+    head: str = ""
+
+
+class Row(msgspec.Struct, array_like=True, gc=False):
+    """A catalog row with what advancing it needs (stored; never shown to callers)."""
+
+    info: SessionInfo
+    #: Bytes of the log read so far (just past the last complete line).
+    offset: int
+    preview_role: int = NO_PREVIEW
+    meta_summary: str | None = None
+    compaction_summary: str | None = None
+
+
+class _MessagePeek(msgspec.Struct):
+    role: Any = None
+
+
+class _Peek(msgspec.Struct):
+    type: str = ""
+    seq: int = -1
+    ts: datetime | None = None
+    tokens: int = 0
+    message: msgspec.Raw = msgspec.Raw()
+
+
+_peek_lines = msgspec.json.Decoder(_Peek).decode_lines
+_peek_role = msgspec.json.Decoder(_MessagePeek).decode
+_decode_dict = msgspec.json.Decoder(dict[str, Any]).decode
+_decode_event: msgspec.json.Decoder[KnownEvent] = msgspec.json.Decoder(KnownEvent)
+_KNOWN_TAGS: Final = frozenset(t.__struct_config__.tag for t in EVENT_TYPES)
+
+
+def last_hash(data: bytes) -> str | None:
+    """The hash field of the last complete line of ``data`` (None: no complete line)."""
+    end = data.rfind(b"\n")
+    if end < 0:
+        return None
+    parts = split_hash(data[data.rfind(b"\n", 0, end) + 1 : end])
+    return None if parts is None else parts[1]
+
+
+def chains_from(data: bytes, prev_h: str, key: bytes) -> bool:
+    """Whether the first complete line of ``data`` chains from ``prev_h`` (hash recomputed)."""
+    end = data.find(b"\n")
+    if end < 0:
+        return True
+    parts = split_hash(data[:end])
+    return parts is not None and chain_hash(prev_h, parts[0], key) == parts[1]
+
+
+def _tags(value: object) -> tuple[str, ...]:
+    if isinstance(value, list):
+        return tuple(item for item in value if isinstance(item, str))
+    return ()
+
+
+def _summary(row_meta: str | None, compaction: str | None) -> str:
+    if compaction is not None:
+        return compaction
+    return row_meta or ""
+
+
+def row_from_state(state: SessionState, offset: int) -> Row:
+    """The row of a folded session whose log was read up to byte ``offset``."""
+    meta = state.metadata
+    title = meta.get("title")
+    meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None
+    compaction = state.compaction.summary if state.compaction is not None else None
+    preview, role = "", NO_PREVIEW
+    for event in state.messages:
+        preview, role = _consider(event.message, preview, role)
+        if role == USER_PREVIEW:
+            break
+    info = SessionInfo(
+        key=state.key,
+        title=title if isinstance(title, str) else "",
+        preview=preview,
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+        messages=len(state.messages),
+        tokens=state.live_tokens,
+        state=state.lifecycle,
+        tags=_tags(meta.get("tags")),
+        summary=_summary(meta_summary, compaction),
+        seq=state.seq,
+        head=state.head,
+    )
+    return Row(info, offset, role, meta_summary, compaction)
+
+
+def _consider(message: Any, preview: str, role: int) -> tuple[str, int]:
+    """The preview after one more message (the first user text wins; else the first assistant)."""
+    if not isinstance(message, dict):
+        return preview, role
+    who = message.get("role")
+    if who == "user" or (who == "assistant" and role == NO_PREVIEW):
+        text = preview_text(message)
+        if text:
+            return text, USER_PREVIEW if who == "user" else ASSISTANT_PREVIEW
+    return preview, role
+
+
+def advance(row: Row, data: bytes, start: int, head: str) -> Row | None:
+    """``row`` advanced over the complete lines of ``data`` (the log from byte ``start``).
+
+    ``head`` is the hash of the last complete line of ``data`` (the caller found it). Returns
+    None when the lines cannot be followed (see the module rules) or do not decode.
+    """
+    end = data.rfind(b"\n") + 1
+    if end == 0:
+        return row
+    try:
+        peeks = _peek_lines(data[:end])
+    except msgspec.DecodeError:
+        return None
+    info = row.info
+    seq = info.seq
+    messages, tokens = info.messages, info.tokens
+    preview, role = info.preview, row.preview_role
+    title, tags, state = info.title, info.tags, info.state
+    meta_summary, compaction = row.meta_summary, row.compaction_summary
+    updated = info.updated_at
+    lines: list[bytes] | None = None
+    for index, peek in enumerate(peeks):
+        seq += 1
+        if peek.seq != seq or peek.ts is None:
+            return None
+        updated = peek.ts
+        if peek.type == "message":
+            messages += 1
+            tokens += peek.tokens
+            if role != USER_PREVIEW and peek.message:
+                who = _peek_role(peek.message).role
+                if who == "user" or (who == "assistant" and role == NO_PREVIEW):
+                    preview, role = _consider(_decode_dict(peek.message), preview, role)
+            continue
+        if lines is None:
+            lines = data[:end].split(b"\n")
+        try:
+            event = _decode_event.decode(lines[index])
+        except msgspec.ValidationError:
+            if peek.type in _KNOWN_TAGS:
+                return None
+            event = None  # an event type from a newer writer: it only advances seq and time
+        except msgspec.DecodeError:
+            return None
+        match event:
+            case MetadataChanged():
+                for name, value in event.set.items():
+                    if name == "title":
+                        title = value if isinstance(value, str) else ""
+                    elif name == "tags":
+                        tags = _tags(value)
+                    elif name == "summary":
+                        meta_summary = value if isinstance(value, str) else None
+                for name in event.unset:
+                    if name == "title":
+                        title = ""
+                    elif name == "tags":
+                        tags = ()
+                    elif name == "summary":
+                        meta_summary = None
+            case Compacted():
+                compaction = event.summary
+            case LifecycleChanged():
+                state = event.state
+            case Cleared():
+                if event.keep and messages:
+                    return None
+                messages, tokens, preview, role, compaction = 0, 0, "", NO_PREVIEW, None
+            case Trimmed() | Retracted():
+                if messages:
+                    return None
+            case _:
+                pass
+    new_info = SessionInfo(
+        key=info.key,
+        title=title,
+        preview=preview,
+        created_at=info.created_at,
+        updated_at=updated,
+        messages=messages,
+        tokens=tokens,
+        state=state,
+        tags=tags,
+        summary=_summary(meta_summary, compaction),
+        seq=seq,
+        head=head,
+    )
+    return Row(new_info, start + end, role, meta_summary, compaction)
