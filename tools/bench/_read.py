@@ -7,10 +7,12 @@ failing, so the suite runs at every commit.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from ._core import Context, Row, benchmark, medians, ms, timed
-from ._write import _messages, write_log, write_nanobot
+from ._write import _messages, write_log, write_many, write_nanobot
 
 KEY_10K = "bench:10k"
 
@@ -23,19 +25,31 @@ def _nanobot_10k(ctx: Context) -> Any:
     return write_nanobot(ctx, "nanobot10k", _messages(ctx), KEY_10K)
 
 
+def _snapshot_copy(ctx: Context) -> Path:
+    """A copy of the 10k log with a snapshot at its end (for opening from the snapshot)."""
+    from eventlog import FileStore
+
+    root = ctx.root / "log10k-snap"
+    if not root.exists():
+        shutil.copytree(_log_10k(ctx), root)
+        FileStore(root).write_snapshot(KEY_10K)
+    return root
+
+
 @benchmark("reopen", 2, "Reopen + fold of the 10,000-message log vs nanobot's load")
 def bench_reopen(ctx: Context) -> list[Row]:
-    """Open the 10k log for writing (lock, read, check every hash, decode, fold) and read-only."""
+    """Open the 10k log (lock, read, check every hash, decode, fold), also read-only."""
     from eventlog import FileStore
 
     root = _log_10k(ctx)
+    snap = FileStore(root).snapshot_path(KEY_10K)
+    snap.unlink(missing_ok=True)  # the whole log is folded, not a snapshot
     nb_root = _nanobot_10k(ctx) if ctx.nanobot is not None else None
-    size_mb = (
-        root / next(p.name for p in root.iterdir() if p.suffix == ".jsonl")
-    ).stat().st_size / 1e6
+    size_mb = FileStore(root).path_for(KEY_10K).stat().st_size / 1e6
 
     def ours_open() -> float:
         store = FileStore(root)
+        store.snapshot_every = 0
         seconds = timed(lambda: store.session(KEY_10K))
         assert store.session(KEY_10K).state.total_messages == 10_000
         store.close()
@@ -43,7 +57,7 @@ def bench_reopen(ctx: Context) -> list[Row]:
 
     def ours_load() -> float:
         store = FileStore(root)
-        return timed(lambda: store.load(KEY_10K))
+        return timed(lambda: store.load(KEY_10K, snapshot=False))
 
     def nanobot_load() -> float:
         nb = ctx.nanobot
@@ -53,11 +67,12 @@ def bench_reopen(ctx: Context) -> list[Row]:
     theirs = nanobot_load if nb_root is not None else None
     opened, nb = medians(ctx.runs, ours_open, theirs)
     loaded, _ = medians(ctx.runs, ours_load)
+    assert not snap.exists()
     what = "SessionManager(...).get_or_create (fresh)"
     return [
         Row(
             "reopen",
-            f"store.session(key): open 10k log ({size_mb:.1f} MB), verify, fold",
+            f"store.session(key): open 10k log ({size_mb:.1f} MB), check every hash, fold",
             "ms",
             ms(opened),
             ms(nb) if nb is not None else None,
@@ -66,7 +81,7 @@ def bench_reopen(ctx: Context) -> list[Row]:
         ),
         Row(
             "reopen",
-            "store.load(key): read-only, no lock",
+            "store.load(key, snapshot=False): read-only, no lock",
             "ms",
             ms(loaded),
             ms(nb) if nb is not None else None,
@@ -81,17 +96,7 @@ def bench_history(ctx: Context) -> list[Row]:
     """The LLM history window of the 10k session, ours from the folded state."""
     import projections
 
-    history = getattr(projections, "history", None)
-    if history is None:
-        return [
-            Row(
-                "history",
-                "history(500 msgs, 128k tokens) on 10k",
-                "ms",
-                None,
-                note="projections.history not landed yet",
-            )
-        ]
+    history = projections.history
     from eventlog import FileStore
 
     root = _log_10k(ctx)
@@ -131,3 +136,104 @@ def bench_history(ctx: Context) -> list[Row]:
             note=note,
         )
     ]
+
+
+@benchmark("snapshot", 3, "Open the 10k session from its snapshot and compute the history")
+def bench_snapshot(ctx: Context) -> list[Row]:
+    """Read-only open from a snapshot at the end of the log, then the LLM history window."""
+    import projections
+    from eventlog import FileStore
+
+    root = _snapshot_copy(ctx)
+    nb_root = _nanobot_10k(ctx) if ctx.nanobot is not None else None
+
+    def ours() -> float:
+        store = FileStore(root)
+
+        def work() -> None:
+            loaded = store.load(KEY_10K)
+            assert loaded.snapshot_seq == loaded.state.seq
+            projections.history(loaded.state, max_messages=500, max_tokens=128_000)
+
+        return timed(work)
+
+    def theirs() -> float:
+        nb = ctx.nanobot
+        assert nb is not None and nb_root is not None
+
+        def work() -> None:
+            session = nb.SessionManager(nb_root).get_or_create(KEY_10K)
+            session.get_history(max_messages=500, max_tokens=128_000)
+
+        return timed(work)
+
+    t_ours, t_nb = medians(ctx.runs, ours, theirs if nb_root is not None else None)
+    return [
+        Row(
+            "snapshot",
+            "load(key) from its snapshot + history(500 msgs, 128k tokens)",
+            "ms",
+            ms(t_ours),
+            ms(t_nb) if t_nb is not None else None,
+            target=10,
+            nanobot_what="fresh get_or_create + get_history",
+        )
+    ]
+
+
+@benchmark("list", 3, "Session list: 1,000 (and 10,000) sessions of 200 messages")
+def bench_list(ctx: Context) -> list[Row]:
+    """``list_sessions`` with the catalog current, and rebuilt from the logs, vs nanobot's."""
+    import projections
+    from eventlog import FileStore
+
+    rows: list[Row] = []
+    sizes = [(1_000, 5.0, 200.0)] + ([] if ctx.quick else [(10_000, 25.0, 2_000.0)])
+    for count, target_current, target_rebuilt in sizes:
+        root, nb_root, _ = write_many(ctx, f"many{count}", count)
+        runs = ctx.runs if count <= 1_000 else max(2, ctx.runs // 2)
+        store = FileStore(root)
+        first = projections.list_sessions(store)  # brings the catalog up to date (untimed)
+        assert len(first) == count
+
+        def current(store: Any = store) -> float:
+            return timed(lambda: projections.list_sessions(store))
+
+        def rebuilt(root: Path = root) -> float:
+            (root / ".catalog").unlink(missing_ok=True)
+            store = FileStore(root)
+            return timed(lambda: projections.list_sessions(store))
+
+        def theirs(nb_root: Any = nb_root) -> float:
+            nb = ctx.nanobot
+            assert nb is not None
+            manager = nb.SessionManager(nb_root)
+            return timed(manager.list_sessions)
+
+        t_cur, t_nb = medians(runs, current, theirs if nb_root is not None else None)
+        t_reb, _ = medians(runs, rebuilt)
+        projections.list_sessions(FileStore(root))  # leave it current for later benchmarks
+        nb_ms = ms(t_nb) if t_nb is not None else None
+        rows.append(
+            Row(
+                "list",
+                f"list_sessions, {count:,} sessions, catalog current",
+                "ms",
+                ms(t_cur),
+                nb_ms,
+                target=target_current,
+                nanobot_what="list_sessions()",
+            )
+        )
+        rows.append(
+            Row(
+                "list",
+                f"list_sessions, {count:,} sessions, catalog rebuilt from the logs",
+                "ms",
+                ms(t_reb),
+                nb_ms,
+                target=target_rebuilt,
+                nanobot_what="list_sessions()",
+            )
+        )
+    return rows

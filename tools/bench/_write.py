@@ -215,9 +215,52 @@ def write_log(ctx: Context, name: str, messages: list[dict[str, Any]], key: str)
     root = ctx.root / name
     if not root.exists():
         store = FileStore(root, durability="none")
+        store.snapshot_every = 0  # no snapshot on close: readers must fold the whole log
         _append_all(store.session(key), messages)
         store.close()
     return root
+
+
+def write_many(
+    ctx: Context, name: str, sessions: int, per: int = 200
+) -> tuple[Any, Any | None, list[str]]:
+    """Write ``sessions`` sessions of ``per`` messages as our logs and as nanobot files.
+
+    Each session is a different window of one short-tool-output conversation. Returns our
+    store root, nanobot's workspace (None without nanobot) and the keys. Untimed setup.
+    """
+    from eventlog import FileStore
+
+    pool: list[dict[str, Any]] | None = ctx.cache.get("pool")
+    if pool is None:
+        pool = conversation(4_000, seed=7, big_tools=False)
+        ctx.cache["pool"] = pool
+    keys = [f"bench:telegram:peer{i:05d}" for i in range(sessions)]
+
+    def window(i: int) -> list[dict[str, Any]]:
+        start = (i * 37) % (len(pool) - per)
+        return pool[start : start + per]
+
+    root = ctx.root / name
+    if not root.exists():
+        store = FileStore(root, durability="none")
+        for i, key in enumerate(keys):
+            writer = store.session(key, metadata={"title": f"Session {i}"})
+            _append_all(writer, window(i))
+            writer.close()
+        store.close()
+    nb_root = None
+    if ctx.nanobot is not None:
+        nb_root = ctx.root / (name + "-nanobot")
+        if not nb_root.exists():
+            manager = ctx.nanobot.SessionManager(nb_root)
+            for i, key in enumerate(keys):
+                session = manager.get_or_create(key)
+                session.metadata["title"] = f"Session {i}"
+                session.messages = [dict(m) for m in window(i)]
+                manager.save(session)
+                manager.invalidate(key)
+    return root, nb_root, keys
 
 
 def write_nanobot(ctx: Context, name: str, messages: list[dict[str, Any]], key: str) -> Path:
