@@ -27,12 +27,16 @@ pytestmark = pytest.mark.postgres
 class TestPostgresStore(StoreContract):
     _dsn: str
     _schemas: set[str]
+    _stores: list[PostgresStore]
 
     @pytest.fixture(autouse=True)
     def _server(self, dsn: str) -> Iterator[None]:
         self._dsn = dsn
         self._schemas = set()
+        self._stores = []
         yield
+        for store in self._stores:  # the suite leaves some open; close their pools
+            store.close()
         for schema in self._schemas:
             drop_schema(dsn, schema)
 
@@ -40,4 +44,6 @@ class TestPostgresStore(StoreContract):
         schema = "t_" + blake2b(f"{_RUN}:{tmp_path}".encode(), digest_size=8).hexdigest()
         self._schemas.add(schema)
         kwargs.setdefault("pool_size", 4)
-        return PostgresStore(self._dsn, schema=schema, **kwargs)
+        store = PostgresStore(self._dsn, schema=schema, **kwargs)
+        self._stores.append(store)
+        return store
