@@ -20,8 +20,22 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "bench_args",
+        nargs=argparse.REMAINDER,
+        help="arguments of python -m tools.bench (e.g. --quick, --only append,reopen, --list)",
+    )
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench._main import main as bench_main
+
+    return bench_main(args.bench_args)
+
+
 def _registry() -> list[Command]:
-    from . import _cmd_inspect
+    from . import _cmd_audit, _cmd_inspect, _cmd_io
 
     commands = [
         Command(
@@ -33,6 +47,17 @@ def _registry() -> list[Command]:
         ),
     ]
     commands += _cmd_inspect.COMMANDS
+    commands += _cmd_audit.COMMANDS
+    commands += _cmd_io.COMMANDS
+    commands.append(
+        Command(
+            "bench",
+            "the benchmarks: our figures beside nanobot's SessionManager, with the ratio",
+            "sessionlog bench --quick --only append,history",
+            _bench_args,
+            _bench,
+        )
+    )
     return commands
 
 

@@ -131,7 +131,7 @@ def describe_event(event: Event) -> tuple[str, str, Text]:
     return "unknown", "?", Text("")  # pragma: no cover - the union is exhausted above
 
 
-def timeline_table(events: Sequence[Event]) -> Table:
+def timeline_table(events: Sequence[Event], *, show_header: bool = True) -> Table:
     """A table of events with tool results folded under their calls."""
     results: dict[str, MessageAppended] = {}
     for event in events:
@@ -140,10 +140,10 @@ def timeline_table(events: Sequence[Event]) -> Table:
             if isinstance(call_id, str):
                 results.setdefault(call_id, event)
     paired: set[int] = set()
-    table = Table(box=None, show_header=True, pad_edge=False, expand=False)
-    table.add_column("seq", justify="right", style="dim")
+    table = Table(box=None, show_header=show_header, pad_edge=False, expand=False)
+    table.add_column("seq", justify="right", style="dim", min_width=4)
     table.add_column("UTC", style="dim", no_wrap=True)
-    table.add_column("who", no_wrap=True)
+    table.add_column("who", no_wrap=True, min_width=12)
     table.add_column("what", overflow="fold")
     for event in events:
         if event.seq in paired:
