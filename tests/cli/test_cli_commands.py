@@ -116,7 +116,7 @@ def test_export_then_import_round_trip(
 
 
 def test_stats(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, store_dir, "stats", "--json")
+    _code, out, _ = run(capsys, store_dir, "stats", "--json")
     stats = json.loads(out)
     assert (stats["total_sessions"], stats["archived_sessions"]) == (2, 1)
 
@@ -136,7 +136,7 @@ def test_bad_input(
     store_dir: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     before = {p.name: p.read_bytes() for p in store_dir.iterdir() if p.is_file()}
-    code, out, err = run(capsys, store_dir, *argv)
+    code, _out, err = run(capsys, store_dir, *argv)
     assert code == 2
     assert message in err and "Traceback" not in err
     after = {p.name: p.read_bytes() for p in store_dir.iterdir() if p.is_file()}
