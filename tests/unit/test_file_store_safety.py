@@ -277,6 +277,8 @@ def test_corruption_in_the_middle(root: Path, store: FileStore) -> None:
     assert f"line 3 of {path}" in str(info.value)
     with pytest.raises(CorruptLogError):
         fresh.load("k")
+    with pytest.raises(CorruptLogError):  # the failed open released its lock: not LockedError
+        FileStore(root).session("k")
     loaded = fresh.load("k", prefix=True)
     assert [e.seq for e in loaded.events] == [1]
     assert loaded.bad is not None and loaded.bad.line == 3
