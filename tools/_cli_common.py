@@ -81,12 +81,12 @@ def open_store(
 
 
 def _open_postgres(dsn: str, hash_key: str | None) -> BaseStore:
+    from eventlog import PostgresStore
+
     try:
-        import eventlog.postgres as pg  # type: ignore[import-not-found,unused-ignore]
+        return PostgresStore(dsn, hash_key=hash_key)
     except ImportError as exc:
-        raise CliError(f"PostgreSQL stores need the postgres extra ({exc})") from None
-    store: BaseStore = pg.PostgresStore(dsn, hash_key=hash_key)
-    return store
+        raise CliError(f"PostgreSQL stores need the postgres extra: pip install '.[postgres]' ({exc})") from None
 
 
 def warn(message: str) -> None:

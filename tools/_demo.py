@@ -16,7 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 import eventlog
-from eventlog import FileStore, SessionWriter
+import projections
+import replay
+from eventlog import BaseStore, FileStore, SessionWriter
+
+from ._render_events import timeline_table
 
 
 def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -100,53 +104,36 @@ def run_demo(root: str | Path = "sessions", console: Console | None = None) -> s
     return key
 
 
-def _print_events(console: Console, store: FileStore, key: str) -> None:
-    table = Table(title=f"events of {key}", show_lines=False)
-    for name in ("seq", "type", "role", "content"):
-        table.add_column(name, overflow="fold")
-    for event in store.events(key):
-        role = ""
-        text = ""
-        match event:
-            case eventlog.MessageAppended():
-                role = str(event.message.get("role", ""))
-                content = event.message.get("content")
-                text = (
-                    content
-                    if isinstance(content, str)
-                    else json.dumps(event.message.get("tool_calls") or content)
-                )
-            case eventlog.MetadataChanged():
-                text = json.dumps(event.set)
-            case eventlog.Consolidated():
-                text = f"last_consolidated -> {event.upto}"
-            case _:
-                text = ""
-        if len(text) > 80:
-            text = text[:79] + "…"
-        table.add_row(str(event.seq), str(event.__struct_config__.tag or ""), role, text)
+def _print_events(console: Console, store: BaseStore, key: str) -> None:
+    console.print(f"[bold]the log[/] ({store.load(key).path}), as `sessionlog show` prints it:")
+    console.print(timeline_table(list(store.events(key))))
+
+
+def _print_projections(console: Console, store: BaseStore, state: eventlog.SessionState) -> None:
+    """Print the LLM history the next model call gets, and the session list."""
+    table = Table(title="LLM history: what the model gets on the next turn")
+    table.add_column("role")
+    table.add_column("content", overflow="fold")
+    for message in projections.history(state, max_messages=120, include_timestamps=True):
+        content = message.get("content")
+        text = content if isinstance(content, str) and content else ""
+        if message.get("tool_calls"):
+            names = [c["function"]["name"] for c in message["tool_calls"]]
+            text = (text + "\n" if text else "") + "calls " + ", ".join(names)
+        table.add_row(str(message.get("role")), text[:160])
     console.print(table)
-
-
-def _print_projections(console: Console, store: FileStore, state: eventlog.SessionState) -> None:
-    """Print the LLM history and the session list once the projections package has them."""
-    import projections
-
-    history = getattr(projections, "history", None)
-    if history is not None:
-        table = Table(title="LLM history (what the model gets next turn)")
-        table.add_column("role")
-        table.add_column("content", overflow="fold")
-        for message in history(state, max_messages=120, include_timestamps=True):
-            content = message.get("content")
-            text = content if isinstance(content, str) else json.dumps(message.get("tool_calls"))
-            table.add_row(str(message.get("role")), (text or "")[:120])
-        console.print(table)
-    list_sessions = getattr(projections, "list_sessions", None)
-    if list_sessions is not None:
-        table = Table(title="sessions (newest first)")
-        for name in ("key", "title", "preview", "messages", "tokens"):
-            table.add_column(name, overflow="fold")
-        for row in list_sessions(store, limit=5):
-            table.add_row(row.key, row.title, row.preview, str(row.messages), str(row.tokens))
-        console.print(table)
+    table = Table(title="sessions in the store (newest first)")
+    for name in ("key", "title", "preview", "messages", "tokens"):
+        table.add_column(name, overflow="fold")
+    for row in projections.list_sessions(store, limit=5):
+        table.add_row(row.key, row.title, row.preview, str(row.messages), str(row.tokens))
+    console.print(table)
+    report = replay.verify(store, state.key)
+    console.print(
+        f"[bold]verified[/] {state.key}: {report.sessions[0].lines} lines, hash chain "
+        + ("[green]intact[/]" if report.ok else f"[red]{report.problems}[/]")
+    )
+    console.print(
+        f"next: [bold]sessionlog show {state.key}[/], [bold]sessionlog ls[/], "
+        f"[bold]sessionlog history {state.key} --at 5[/]"
+    )
