@@ -16,7 +16,9 @@ def build_sample(store: BaseStore, key: str = KEY) -> None:
             None,
             tool_calls=[{"id": "call_1", "type": "function", "function": {"name": "web_search"}}],
         )
-        s.append_message("tool", "Kyoto: temples, gardens", tool_call_id="call_1", name="web_search")
+        s.append_message(
+            "tool", "Kyoto: temples, gardens", tool_call_id="call_1", name="web_search"
+        )
         s.append_message("assistant", "Here is a plan: day 1 temples, day 2 gardens.")
         s.update_metadata(set={"title": "Kyoto trip", "tags": ["travel"]})
         s.mark_consolidated(2)

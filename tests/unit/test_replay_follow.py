@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 import replay
-from eventlog import CorruptLogError, Event, FileStore, MemoryStore, MessageAppended, SessionNotFoundError
+from eventlog import (
+    CorruptLogError,
+    Event,
+    FileStore,
+    MemoryStore,
+    MessageAppended,
+    SessionNotFoundError,
+)
 
 APPENDER = textwrap.dedent(
     """

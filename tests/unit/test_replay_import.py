@@ -73,7 +73,9 @@ def state_view(state: SessionState) -> dict[str, Any]:
 def test_both_nanobot_formats_import_with_keys_from_the_metadata_line(tmp_path: Path) -> None:
     src = tmp_path / "sessions"
     nanobot_file(src / "telegram_42.jsonl", "telegram:42", chat(6), last_consolidated=2, early=True)
-    nanobot_file(src / "cli_direct.jsonl", "cli:direct", chat(5, later=True), metadata={"title": "T"})
+    nanobot_file(
+        src / "cli_direct.jsonl", "cli:direct", chat(5, later=True), metadata={"title": "T"}
+    )
     store = FileStore(tmp_path / "store", durability="none")
     report = replay.import_nanobot(store, src)
     assert report.ok and [s.outcome for s in report.sessions] == ["created", "created"]
@@ -83,10 +85,11 @@ def test_both_nanobot_formats_import_with_keys_from_the_metadata_line(tmp_path: 
     assert store.load("cli:direct").state.metadata == {"title": "T"}
     assert replay.verify(store).ok
     # Importing again is a no-op, byte for byte.
-    before = {k: store.read_bytes(k) for k in store.keys()}
+    names = store.keys()
+    before = {k: store.read_bytes(k) for k in names}
     again = replay.import_nanobot(store, src)
     assert [s.outcome for s in again.sessions] == ["unchanged", "unchanged"]
-    assert {k: store.read_bytes(k) for k in store.keys()} == before
+    assert {k: store.read_bytes(k) for k in names} == before
 
 
 def test_keys_that_collide_under_nanobot_naming_stay_apart(tmp_path: Path) -> None:
@@ -107,7 +110,11 @@ def test_corrupt_lines_are_salvaged_into_quarantine_and_counted(tmp_path: Path) 
         tmp_path / "s" / "x.jsonl",
         "x:1",
         chat(4),
-        extra_lines=[(2, b'{"role": "user", "content": "cut sho'), (4, b"\xff\xfe"), (5, b"[1, 2]")],
+        extra_lines=[
+            (2, b'{"role": "user", "content": "cut sho'),
+            (4, b"\xff\xfe"),
+            (5, b"[1, 2]"),
+        ],
     )
     with path.open("ab") as f:
         f.write(b'{"content": "no role"}\n')
@@ -160,7 +167,7 @@ def test_foreign_files_that_cannot_be_parsed_are_refused_by_name(tmp_path: Path)
     good = nanobot_file(tmp_path / "d" / "good.jsonl", "good", chat(2))
     bad = tmp_path / "d" / "bad.jsonl"
     bad.write_bytes(b"\x00\x01 not json at all\n")
-    with pytest.raises(replay.ForeignFormatError, match="bad.jsonl"):
+    with pytest.raises(replay.ForeignFormatError, match=r"bad\.jsonl"):
         replay.import_nanobot(store, good.parent)
     assert store.keys() == []  # nothing imported, not even the good file
     nokey = nanobot_file(tmp_path / "nokey.jsonl", None, chat(2))
@@ -194,19 +201,23 @@ def test_seed_001_session_json_imports(tmp_path: Path) -> None:
         {"role": "tool", "content": "ok", "tool_call_id": "c1", "name": "ls"},
         {"content": "no role"},
     ]
-    path = session_json(tmp_path / "j" / "abc123_20260201_090000.json", "abc123_20260201_090000", msgs)
+    path = session_json(
+        tmp_path / "j" / "abc123_20260201_090000.json", "abc123_20260201_090000", msgs
+    )
     store = FileStore(tmp_path / "store", durability="none")
     report = replay.import_path(store, path.parent)
     (one,) = report.sessions
     assert one.outcome == "created" and one.messages == 3 and one.bad_lines == 1
     state = store.load("abc123_20260201_090000").state
     assert state.message_dicts == msgs[:3]
-    assert state.metadata["model"] == "gpt-x" and state.metadata["token_usage"]["total_tokens"] == 15
+    assert (
+        state.metadata["model"] == "gpt-x" and state.metadata["token_usage"]["total_tokens"] == 15
+    )
     assert state.updated_at.isoformat() == "2026-02-01T09:30:00+00:00"
     assert replay.import_session_json(store, path).sessions[0].outcome == "unchanged"
     broken = tmp_path / "broken.json"
     broken.write_text('{"session_id": "x"}')
-    with pytest.raises(replay.ForeignFormatError, match="broken.json"):
+    with pytest.raises(replay.ForeignFormatError, match=r"broken\.json"):
         replay.import_session_json(store, broken)
 
 
@@ -221,10 +232,13 @@ def test_our_jsonl_round_trips_byte_for_byte(tmp_path: Path) -> None:
     other = FileStore(tmp_path / "b", durability="none")
     imported = replay.import_path(other, tmp_path / "out")
     assert [s.outcome for s in imported.sessions] == ["created"] * 3
-    for key in store.keys():
+    keys = store.keys()
+    for key in keys:
         assert other.read_bytes(key) == store.read_bytes(key)
         assert other.load(key).state.head == store.load(key).state.head
-    assert all(s.outcome == "unchanged" for s in replay.import_log(other, tmp_path / "out").sessions)
+    assert all(
+        s.outcome == "unchanged" for s in replay.import_log(other, tmp_path / "out").sessions
+    )
     # Exporting again finds the same files there; a different file is never overwritten.
     assert {f.outcome for f in replay.export_store(store, tmp_path / "out").files} == {"unchanged"}
     with store.session(KEY) as s:
@@ -249,7 +263,8 @@ def test_nanobot_export_round_trips_states_and_hashes(tmp_path: Path) -> None:
     second = MemoryStore()
     replay.import_nanobot(second, tmp_path / "nb")
     assert second.keys() == first.keys()
-    for key in first.keys():
+    keys = first.keys()
+    for key in keys:
         assert state_view(second.load(key).state) == state_view(first.load(key).state)
         assert second.read_bytes(key) == first.read_bytes(key)  # same events, same hashes
     # A nanobot file we wrote reads back the way nanobot reads it.

@@ -122,7 +122,7 @@ def test_recover_refuses_a_session_a_live_process_writes(tmp_path: Path) -> None
     build_sample(store)
     proc = spawn(tmp_path, "none", "hold")
     try:
-        with pytest.raises(replay.RecoverRefusedError, match="chat_3a1.jsonl"):
+        with pytest.raises(replay.RecoverRefusedError, match=r"chat_3a1\.jsonl"):
             replay.recover(store)
         report = replay.recover(store, skip_locked=True)
         assert not report.ok

@@ -73,7 +73,7 @@ def test_repair_refuses_what_is_not_a_log(tmp_path: Path) -> None:
     store = FileStore(tmp_path, durability="none")
     path = store.path_for("junk")
     path.write_bytes(b"not a log\nat all\n")
-    with pytest.raises(NotALogError, match="junk.jsonl"):
+    with pytest.raises(NotALogError, match=r"junk\.jsonl"):
         replay.repair(store, "junk")
     assert path.read_bytes() == b"not a log\nat all\n"
     assert not store.quarantine_path("junk").exists()

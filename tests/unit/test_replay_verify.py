@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,6 @@ from eventlog import (
     SessionNotFoundError,
     encode_lines,
 )
-from datetime import UTC, datetime
 
 
 def sample_bytes() -> bytes:
@@ -57,7 +57,7 @@ def test_every_single_byte_change_is_caught() -> None:
 def test_a_deleted_or_swapped_line_is_caught() -> None:
     lines = sample_bytes().splitlines(keepends=True)
     deleted = b"".join(lines[:5] + lines[6:])
-    swapped = b"".join(lines[:5] + [lines[6], lines[5]] + lines[7:])
+    swapped = b"".join([*lines[:5], lines[6], lines[5], *lines[7:]])
     for data in (deleted, swapped):
         report = replay.check_log(data, key=KEY, path="x")
         assert [(p.line, "hash mismatch" in p.what) for p in report.problems][:1] == [(6, True)]
