@@ -18,6 +18,7 @@ import importlib
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,10 @@ def _short(value: object) -> str:
     return text if len(text) < 400 else text[:400] + " ..."
 
 
+def _history(session: Any, **kwargs: Any) -> object:
+    return session.get_history(**kwargs)
+
+
 def _strip_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [(r["key"], r["title"], r["preview"]) for r in rows]
 
@@ -120,7 +125,9 @@ def run(their_mod: Any, our_mod: Any, root: Path) -> int:
     for m, s in ((mt, st), (mo, so)):
         m.save(s)
 
-    both: Callable[[Callable[[Any], object]], tuple[object, object]] = lambda f: (f(st), f(so))  # noqa: E731
+    def both(f: Callable[[Any], object]) -> tuple[object, object]:
+        return f(st), f(so)
+
     for kwargs in (
         {},
         {"max_messages": 7},
@@ -128,11 +135,11 @@ def run(their_mod: Any, our_mod: Any, root: Path) -> int:
         {"include_timestamps": True},
         {"max_messages": 0},
     ):
-        cmp.check(f"get_history({kwargs})", *both(lambda s, k=kwargs: s.get_history(**k)))
+        cmp.check(f"get_history({kwargs})", *both(partial(_history, **kwargs)))
     for budget in (40, 200, 2000):
         cmp.check(
             f"get_history(max_tokens={budget})",
-            *both(lambda s, b=budget: s.get_history(max_tokens=b)),
+            *both(partial(_history, max_tokens=budget)),
             expected="token counts: nanobot counts cl100k tokens, ours stores a byte estimate",
         )
     for s in (st, so):
