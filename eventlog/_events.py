@@ -103,7 +103,9 @@ class Trimmed(_Base, tag="trimmed", kw_only=True, frozen=True):
     """The oldest ``count`` live messages were dropped, for ``reason``."""
 
     count: int
-    reason: TrimReason
+    #: One of TRIM_REASONS when this version writes it; any string is read back (a newer
+    #: writer's reason must not make an older reader call the log corrupt).
+    reason: str
 
 
 class Cleared(_Base, tag="cleared", kw_only=True, frozen=True):
@@ -114,7 +116,8 @@ class Cleared(_Base, tag="cleared", kw_only=True, frozen=True):
     live-message indexes that survive (e.g. the system prompt on a reset), oldest first.
     """
 
-    reason: EndReason | None = None
+    #: One of END_REASONS when this version writes it; any string is read back.
+    reason: str | None = None
     keep: list[int] = []
 
 
@@ -127,8 +130,9 @@ class Retracted(_Base, tag="retracted", kw_only=True, frozen=True):
 class LifecycleChanged(_Base, tag="lifecycle", kw_only=True, frozen=True):
     """The session entered ``state``; ``reason`` says why a session ended, when it did."""
 
-    state: LifecycleState
-    reason: EndReason | None = None
+    #: One of LIFECYCLE_STATES / END_REASONS when this version writes them; any string is read.
+    state: str
+    reason: str | None = None
 
 
 class UsageRecorded(_Base, tag="usage", kw_only=True, frozen=True):

@@ -2,7 +2,8 @@
 
 Generated with msgspec from the very structs the codec encodes and decodes, so it cannot drift
 from the code; :func:`line_schema` adds what the structs do not say: ``h`` is required and is
-32 lowercase hex digits, ``seq`` is never negative, a message has a non-empty ``role``.
+32 lowercase hex digits, ``seq`` is never negative, a message has a non-empty ``role``, and the reasons and states
+this version writes (the structs read any string, so a newer writer's value is not corruption).
 ``docs/event-schema.json`` is this function's output (a test keeps it current).
 """
 
@@ -12,7 +13,14 @@ from typing import Any
 
 import msgspec
 
-from ._events import FORMAT_VERSION, Header, KnownEvent
+from ._events import (
+    END_REASONS,
+    FORMAT_VERSION,
+    LIFECYCLE_STATES,
+    TRIM_REASONS,
+    Header,
+    KnownEvent,
+)
 
 SCHEMA_ID = "https://sessionlog.invalid/schema/line-v1.json"
 
@@ -37,7 +45,12 @@ def line_schema() -> dict[str, Any]:
         for name in ("ts", "created_at"):
             if name in props:
                 props[name] = {"type": "string", "format": "date-time"}
-    message = schema["$defs"]["MessageAppended"]["properties"]["message"]
+    defs = schema["$defs"]
+    defs["Trimmed"]["properties"]["reason"] = {"enum": list(TRIM_REASONS)}
+    defs["Cleared"]["properties"]["reason"] = {"enum": [*END_REASONS, None]}
+    defs["LifecycleChanged"]["properties"]["state"] = {"enum": list(LIFECYCLE_STATES)}
+    defs["LifecycleChanged"]["properties"]["reason"] = {"enum": [*END_REASONS, None]}
+    message = defs["MessageAppended"]["properties"]["message"]
     message["required"] = ["role"]
     message["properties"] = {"role": {"type": "string", "minLength": 1}}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
