@@ -43,6 +43,9 @@ _event_decoder: msgspec.json.Decoder[KnownEvent] = msgspec.json.Decoder(KnownEve
 _header_decoder = msgspec.json.Decoder(Header)
 _raw_decoder = msgspec.json.Decoder(dict[str, Any])
 _unknown_decoder = msgspec.json.Decoder(UnknownEvent)
+# What decoding a hostile (but correctly chained) line can raise besides msgspec's own errors:
+# nesting past msgspec's depth limit, and invalid UTF-8 in an object key.
+_UNREADABLE: Final = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
 # msgspec escapes C0 controls but writes DEL, C1 controls (U+0085 is a line break to Python's
 # ``str.splitlines``) and U+2028/U+2029 raw; the format escapes them too. These byte sequences
 # only occur inside JSON strings, so replacing them keeps the JSON and its decoded value.
@@ -177,10 +180,14 @@ class LineDecoder:
         self.offset = offset
         self.bad: Problem | None = None
         self._buf = b""
+        self._more_after_bad = False
 
     def feed(self, data: bytes) -> list[Event]:
         """Consume ``data``; return the events of every complete, valid line in it."""
         if self.bad is not None:
+            # Note that data follows the bad line: ``finish`` must not take it for a torn tail,
+            # however the data was chunked.
+            self._more_after_bad = self._more_after_bad or bool(data)
             return []
         buf = self._buf + data if self._buf else data
         out: list[Event] = []
@@ -219,7 +226,7 @@ class LineDecoder:
             return None
         if self.bad is not None:
             first_nl = self._buf.find(b"\n")
-            if first_nl != len(self._buf) - 1:
+            if first_nl != len(self._buf) - 1 or self._more_after_bad:
                 return None
             torn = TornTail(self.bad.line, self.bad.offset, self._buf, self.bad.reason)
             self.bad = None
@@ -236,7 +243,7 @@ class LineDecoder:
         if self.expect_header:
             try:
                 header = _header_decoder.decode(line)
-            except msgspec.DecodeError as exc:
+            except _UNREADABLE as exc:
                 return f"bad header: {exc}"
             if header.format != FORMAT_NAME:
                 return f"bad header: format {header.format!r} is not {FORMAT_NAME!r}"
@@ -252,7 +259,7 @@ class LineDecoder:
             if unknown is None:
                 return f"invalid event: {exc}"
             event = unknown
-        except msgspec.DecodeError as exc:
+        except _UNREADABLE as exc:
             return f"invalid JSON: {exc}"
         if event.seq != self.last_seq + 1:
             return f"seq {event.seq} where {self.last_seq + 1} was expected"
@@ -269,7 +276,7 @@ def _decode_unknown(line: bytes) -> UnknownEvent | None:
         if not isinstance(tag, str) or tag == "header" or tag in _KNOWN_TAGS:
             return None
         base = _unknown_decoder.decode(line)
-    except msgspec.DecodeError:
+    except _UNREADABLE:
         return None
     raw.pop("h", None)
     return msgspec.structs.replace(base, raw=raw)

@@ -70,6 +70,15 @@ class NanobotSession:
     notes: list[str] = field(default_factory=list)
 
 
+def _is_text(value: dict[str, Any]) -> bool:
+    """Whether every string in a parsed line is valid Unicode (JSON can escape lone surrogates)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_nanobot(data: bytes, path: str, *, key: str | None = None) -> NanobotSession:
     """Parse a nanobot session file's bytes; ``key`` overrides the metadata line's key.
 
@@ -92,12 +101,14 @@ def parse_nanobot(data: bytes, path: str, *, key: str | None = None) -> NanobotS
             value = json.loads(text.decode("utf-8"))
         except UnicodeDecodeError:
             reason = "not UTF-8"
-        except (json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # ValueError: also ints past 4300 digits
             reason = f"invalid JSON: {exc.msg if isinstance(exc, json.JSONDecodeError) else exc}"
         else:
             parsed_any = True
             if not isinstance(value, dict):
                 reason = f"a JSON {type(value).__name__}, not an object"
+            elif not _is_text(value):
+                reason = "a string in it is not valid Unicode (a lone surrogate escape)"
             elif value.get("_type") == "metadata":
                 try:
                     meta = NanobotMetadataLine.model_validate(value)

@@ -113,8 +113,13 @@ def _recover_one(store: BaseStore, key: str, result: SessionRecover, views: View
 
 
 def _torn_header(data: bytes) -> bool:
-    """A crash while a new session's header was written: one unfinished header line."""
-    return b"\n" not in data and data.startswith(b'{"type":"header"')
+    """A crash while a new session's header was written: one unfinished header line.
+
+    Cut anywhere, even inside its first bytes or before any byte (an empty file: the crash came
+    between creating the file and writing the header), the same rule as opening a session.
+    """
+    start = b'{"type":"header"'
+    return b"\n" not in data and (data.startswith(start) or start.startswith(data))
 
 
 def _redo_header(store: BaseStore, key: str, result: SessionRecover, size: int) -> bool:
