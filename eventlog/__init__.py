@@ -78,6 +78,7 @@ from ._memstore import MemoryStore
 from ._names import key_to_stem, stem_to_key
 from ._pg_schema import SchemaVersionError
 from ._postgres import CommitUnknownError, PostgresStore
+from ._postgres_async import AsyncPostgresStore
 from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
 from ._views import LogStat, SnapshotStatus, ViewStorage
 from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
@@ -96,6 +97,7 @@ __all__ = (
     "AsyncBaseStore",
     "AsyncFileStore",
     "AsyncMemoryStore",
+    "AsyncPostgresStore",
     "AsyncSessionWriter",
     "BaseStore",
     "ChainCheck",

@@ -151,8 +151,8 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str, where: str) 
         for number, description, statements in MIGRATIONS:
             if number <= version:
                 continue
-            for statement in statements:
-                conn.execute(sql.SQL(statement).format(s=ident))
+            script = sql.SQL(";\n").join(sql.SQL(st).format(s=ident) for st in statements)
+            conn.execute(script)  # one round trip per migration
             conn.execute(
                 sql.SQL(
                     "INSERT INTO {}.schema_version (version, description) VALUES (%s, %s)"

@@ -1,0 +1,76 @@
+# ruff: noqa: F811 - the fixtures imported from pg_support are named as test arguments
+"""The async store contract on AsyncPostgresStore, on asyncio and trio, plus its own behaviours.
+
+Skipped without ``SESSIONLOG_TEST_PG``; each ``tmp_path`` names its own schema, dropped after.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from hashlib import blake2b
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from async_store_contract import AsyncStoreContract
+from pg_support import drop_schema, dsn, schema  # noqa: F401
+
+from eventlog import AsyncBaseStore, AsyncPostgresStore, ConflictError, PostgresStore
+
+_RUN = uuid.uuid4().hex
+
+pytestmark = pytest.mark.postgres
+
+
+class TestAsyncPostgresStore(AsyncStoreContract):
+    _dsn: str
+    _schemas: set[str]
+    _stores: list[AsyncPostgresStore]
+
+    @pytest.fixture(autouse=True)
+    def _server(self, dsn: str) -> Iterator[None]:
+        self._dsn = dsn
+        self._schemas = set()
+        self._stores = []
+        yield
+        for store in self._stores:  # pools of stores a test left open
+            store.postgres.close()
+        for name in self._schemas:
+            drop_schema(dsn, name)
+
+    def make_store(self, tmp_path: Path, **kwargs: Any) -> AsyncBaseStore:
+        name = "t_" + blake2b(f"{_RUN}:{tmp_path}".encode(), digest_size=8).hexdigest()
+        self._schemas.add(name)
+        kwargs.setdefault("pool_size", 8)
+        store = AsyncPostgresStore(self._dsn, schema=name, **kwargs)
+        self._stores.append(store)
+        return store
+
+
+@pytest.mark.anyio
+async def test_async_and_sync_writers_share_one_session(dsn: str, schema: str) -> None:
+    store = await AsyncPostgresStore.connect(dsn, schema=schema, pool_size=8)
+    other = PostgresStore(dsn, schema=schema, pool_size=2)
+    try:
+        w = await store.session("k:1")
+
+        async def append(n: int) -> None:
+            for i in range(10):
+                await w.append_message("user", f"{n}-{i}")
+
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(append, n)
+        assert other.session("k:1").append_message("user", "from sync") == 51
+        with pytest.raises(ConflictError) as info:
+            await w.append_message("user", "stale", expected_seq=50)
+        assert info.value.actual == 51
+        assert await w.refresh() == 51
+        assert [e.seq for e in other.load("k:1").events] == list(range(1, 52))
+        assert (await store.state("k:1")).seq == 51
+        assert await store.committed("k:1", other.load("k:1").events[-1].id) == 51
+    finally:
+        other.close()
+        await store.close()
