@@ -73,16 +73,16 @@ def _edited_tail(
     tail: Sequence[Message],
     shift: int = 0,
 ) -> int | None:
-    """The saved index of the oldest recent message edited in place, if any.
+    """The saved index of the oldest recent message that differs from its logged copy, if any.
 
-    ``current[i - shift]`` is the message kept from ``saved[i]``; only messages that are the very
-    same object as the saved one are checked (a replaced one was already compared by value).
+    ``current[i - shift]`` stands where ``saved[i]`` was. It is compared with the copy taken when
+    ``saved[i]`` was saved, not with ``saved[i]`` itself, which may have been edited in place.
     """
     start = len(saved) - len(tail)
     for offset, copy in enumerate(tail):
         i = start + offset
         j = i - shift
-        if 0 <= j < len(current) and current[j] is saved[i] and current[j] != copy:
+        if 0 <= j < len(current) and current[j] != copy:
             return i
     return None
 

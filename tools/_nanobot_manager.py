@@ -41,6 +41,17 @@ logger = logging.getLogger("tools.nanobot")
 
 STORE_DIRNAME = ".eventlog"
 LEDGER_NAME = ".nanobot-imports.jsonl"
+#: Metadata a fork does not inherit (nanobot 0.2.2's list).
+FORK_VOLATILE_METADATA_KEYS = frozenset(
+    {
+        "goal_state",
+        "pending_user_turn",
+        "runtime_checkpoint",
+        "thread_goal",
+        "title",
+        "title_user_edited",
+    }
+)
 
 
 class SessionManager:
@@ -140,6 +151,61 @@ class SessionManager:
             "metadata": state.metadata,
             "messages": state.message_dicts,
         }
+
+    def read_session_metadata(self, key: str) -> dict[str, Any] | None:
+        """A session's key, times and metadata, without its messages; None if it does not exist."""
+        data = self.read_session_file(key)
+        if data is None:
+            return None
+        del data["messages"]
+        return data
+
+    def fork_session_before_user_index(
+        self, source_key: str, target_key: str, before_user_index: int
+    ) -> Session | None:
+        """Copy ``source_key`` up to (not including) its user message number
+        ``before_user_index`` (0-based) into a new session ``target_key``, saved with fsync.
+
+        Volatile metadata (title, goal and turn state) is not copied. None when the source or
+        that user message does not exist.
+        """
+        if before_user_index < 0:
+            return None
+        with self._lock:
+            self._ensure_imported()
+            source = self._cache.get(source_key) or self._load(source_key)
+            if source is None:
+                return None
+            copied: list[dict[str, Any]] = []
+            users = 0
+            for message in source.messages:
+                if message.get("role") == "user":
+                    if users == before_user_index:
+                        break
+                    users += 1
+                copied.append(value_copy(message))
+            if users != before_user_index:
+                return None
+            metadata = {
+                k: value_copy(v)
+                for k, v in source.metadata.items()
+                if k not in FORK_VOLATILE_METADATA_KEYS
+            }
+            cursor = source.last_consolidated
+            if cursor > len(copied):
+                metadata.pop("_last_summary", None)
+                cursor = 0
+            now = datetime.now()
+            target = Session(
+                key=target_key,
+                messages=copied,
+                created_at=now,
+                updated_at=now,
+                metadata=metadata,
+                last_consolidated=cursor,
+            )
+            self.save(target, fsync=True)
+            return target
 
     def list_sessions(self) -> list[dict[str, Any]]:
         """Every stored session (key, created_at, updated_at, title, preview, path), newest first."""
@@ -242,6 +308,7 @@ class SessionManager:
             for copy in copies:
                 writer.append_message_dict(copy)
             cursor = valid_cursor(session.last_consolidated, len(current))
+            session.last_consolidated = cursor  # a bad cursor reads back as 0: say so now
             if writer.state.last_consolidated != cursor:
                 writer.mark_consolidated(cursor)
             if changed or removed:

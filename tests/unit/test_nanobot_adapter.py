@@ -585,3 +585,82 @@ def test_colliding_nanobot_keys_import_from_the_metadata_line(workspace: Path) -
     with SessionManager(workspace) as manager:
         assert manager.get_or_create("a_b").messages[0]["content"] == "x"
         assert manager.get_or_create("a:b").messages == []
+
+
+def test_read_session_metadata_has_no_messages(manager: SessionManager) -> None:
+    session = manager.get_or_create("k")
+    session.metadata["title"] = "T"
+    session.add_message("user", "hi")
+    manager.save(session)
+    data = manager.read_session_metadata("k")
+    assert data is not None and data["metadata"] == {"title": "T"} and "messages" not in data
+    assert manager.read_session_metadata("missing") is None
+
+
+def test_fork_session_before_user_index(manager: SessionManager) -> None:
+    source = manager.get_or_create("src")
+    source.messages.extend(convo(6))  # users at 0, 2, 4
+    source.metadata.update(title="T", keep=1, _last_summary="s")
+    source.last_consolidated = 5
+    manager.save(source)
+    fork = manager.fork_session_before_user_index("src", "dst", 2)
+    assert fork is not None and fork.messages == convo(4)
+    assert fork.metadata == {"keep": 1} and fork.last_consolidated == 0
+    assert manager.read_session_file("dst") is not None
+    full = manager.fork_session_before_user_index("src", "all", 3)
+    assert full is not None and full.messages == convo(6) and full.last_consolidated == 5
+    assert manager.fork_session_before_user_index("src", "x", 4) is None
+    assert manager.fork_session_before_user_index("nope", "x", 0) is None
+    assert manager.fork_session_before_user_index("src", "x", -1) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_after_any_edits_and_save_the_log_equals_the_session(data: st.DataObject) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, SessionManager(tmp) as manager:
+        session = manager.get_or_create("k")
+        before = b""
+        for step in range(data.draw(st.integers(1, 6))):
+            for _ in range(data.draw(st.integers(0, 4))):
+                op = data.draw(
+                    st.sampled_from(
+                        ["append", "del", "replace", "edit", "clear", "insert", "cursor", "meta"]
+                    )
+                )
+                msgs = session.messages
+                if op == "append" or (not msgs and op in ("del", "replace", "edit")):
+                    session.add_message(data.draw(st.sampled_from(["user", "assistant"])), "x")
+                elif op == "del":
+                    i = data.draw(st.integers(0, len(msgs) - 1))
+                    del msgs[i : data.draw(st.integers(i, len(msgs)))]
+                elif op == "replace":
+                    msgs[data.draw(st.integers(0, len(msgs) - 1))] = {
+                        "role": "user",
+                        "content": "r",
+                    }
+                elif op == "edit":
+                    msgs[-1]["content"] = f"edited {step}"
+                elif op == "clear":
+                    session.clear()
+                elif op == "insert":
+                    msgs.insert(
+                        data.draw(st.integers(0, len(msgs))), {"role": "user", "content": "i"}
+                    )
+                elif op == "cursor":
+                    session.last_consolidated = data.draw(st.integers(0, len(msgs)))
+                else:
+                    session.metadata[data.draw(st.sampled_from(["a", "b"]))] = step
+                    if data.draw(st.booleans()):
+                        session.metadata.pop("a", None)
+            history = session.get_history(max_messages=5)
+            manager.save(session)
+            now = manager.store.read_bytes("k")
+            assert now.startswith(before)
+            before = now
+            state = manager.store.state("k")
+            assert state.message_dicts == session.messages
+            assert state.metadata == session.metadata
+            assert state.last_consolidated == session.last_consolidated
+            assert session.get_history(max_messages=5) == history
