@@ -27,6 +27,7 @@ from ._fold import SessionState
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg import sql
 
 #: How many leading live messages the catalog keeps for the preview, and how much of each.
 PREVIEW_MESSAGES: Final = 8
@@ -51,16 +52,106 @@ def event_row(line: bytes) -> tuple[int, str, str]:
 
 
 def key_parts(key: str) -> tuple[str | None, str | None, str | None]:
-    """(agent, channel, peer) of a structured key ``agent:channel:peer[:thread]``.
+    """(agent, channel, peer) of a structured key, as ``projections.SessionID.from_key`` reads it.
 
-    A two-part key ``channel:peer`` (nanobot's ``telegram:42``) has no agent.
+    ``agent:channel:peer[:thread]``, or ``channel:peer`` (agent ``""``); a key with fewer than
+    two parts or an empty part has none (None, None, None).
     """
-    parts = key.split(":")
-    if len(parts) >= 3:
-        return parts[0], parts[1], parts[2]
+    parts = key.split(":", 3)
+    if len(parts) < 2 or not all(parts):
+        return None, None, None
     if len(parts) == 2:
-        return None, parts[0], parts[1]
-    return None, None, None
+        return "", parts[0], parts[1]
+    return parts[0], parts[1], parts[2]
+
+
+class CatalogRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One session's catalog columns, as a PostgreSQL store lists them (the read side turns
+    them into its rows: ``preview`` holds the leading user/assistant messages to pick from)."""
+
+    key: str
+    title: str | None
+    metadata: dict[str, Any]
+    preview: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime
+    messages: int
+    tokens: int
+    state: str
+    compaction_summary: str | None
+    seq: int
+    head: str
+    size: int
+
+
+_ORDERS: Final = {
+    "updated": "updated_at DESC, key",
+    "created": "created_at DESC, key",
+    "key": "key",
+}
+_record_meta = msgspec.json.Decoder(dict[str, Any])
+_record_preview = msgspec.json.Decoder(list[dict[str, Any]])
+
+
+def catalog_query(schema: str, filter: Any) -> tuple[sql.Composed, list[Any]]:
+    """The SQL and parameters of a catalog listing (``filter`` as ``CatalogFilter`` has it)."""
+    from psycopg import sql
+
+    where: list[str] = []
+    params: list[Any] = []
+    if filter.prefix:
+        where.append("key >= %s AND key < %s")
+        prefix = str(filter.prefix).encode()
+        params += [prefix, prefix + b"\xff"]  # no UTF-8 byte is 0xff
+    for column in ("agent", "channel", "peer"):
+        value = getattr(filter, column)
+        if value is not None:
+            where.append(f"{column} = %s")
+            params.append(str(value).encode())
+    if filter.state is not None:
+        where.append("lifecycle = %s")
+        params.append(text(str(filter.state)))
+    if filter.created_after is not None:
+        where.append("created_at > %s")
+        params.append(filter.created_after)
+    if filter.created_before is not None:
+        where.append("created_at < %s")
+        params.append(filter.created_before)
+    order = _ORDERS.get(filter.order)
+    if order is None:
+        raise ValueError(f"unknown catalog order {filter.order!r}")
+    query = (
+        "SELECT key, title, metadata, preview, created_at, updated_at, messages, live_tokens, "
+        "lifecycle, summary, seq, head, size FROM {s}.sessions"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + f" ORDER BY {order}"
+    )
+    if filter.limit is not None:
+        query += " LIMIT %s"
+        params.append(int(filter.limit))
+    if filter.offset:
+        query += " OFFSET %s"
+        params.append(int(filter.offset))
+    return sql.SQL(query).format(s=sql.Identifier(schema)), params
+
+
+def catalog_record(row: Sequence[Any]) -> CatalogRecord:
+    """A :class:`CatalogRecord` from a row of :func:`catalog_query`."""
+    return CatalogRecord(
+        key=bytes(row[0]).decode(),
+        title=row[1],
+        metadata=_record_meta.decode(row[2]),
+        preview=_record_preview.decode(row[3]),
+        created_at=row[4],
+        updated_at=row[5],
+        messages=int(row[6]),
+        tokens=int(row[7]),
+        state=str(row[8]),
+        compaction_summary=row[9],
+        seq=int(row[10]),
+        head=str(row[11]),
+        size=int(row[12]),
+    )
 
 
 def _preview_message(message: dict[str, Any]) -> dict[str, Any]:

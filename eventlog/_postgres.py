@@ -36,7 +36,10 @@ from ._errors import (
 from ._fold import SessionState, apply, fold, initial_state
 from ._names import check_key
 from ._pg_common import (
+    CatalogRecord,
     PgTarget,
+    catalog_query,
+    catalog_record,
     catalog_values,
     event_row,
     key_parts,
@@ -605,6 +608,16 @@ class PostgresStore(BaseStore):
         return CutReport(key, offset, len(data) - offset, line, f"quarantine table, {key!r}")
 
     # -- PostgreSQL extras -------------------------------------------------------------------
+
+    def query_catalog_records(self, filter: Any) -> list[CatalogRecord]:
+        """The catalog rows ``filter`` selects (a ``projections.CatalogFilter``): one query.
+
+        ``projections.list_sessions`` calls this and turns the records into its rows.
+        """
+        query, params = catalog_query(self.schema, filter)
+        with self._connection("list") as conn:
+            rows = conn.execute(query, params, binary=True).fetchall()
+        return [catalog_record(row) for row in rows]
 
     def committed(self, key: str, event_id: str) -> int | None:
         """The seq ``event_id`` was committed at in ``key``, or None (after an unknown outcome)."""

@@ -37,6 +37,7 @@ from eventlog import (
 )
 
 from ._catalog_row import Row, SessionInfo, advance, chains_from, last_hash, row_from_state
+from ._pg_catalog import CatalogRecords, infos_from_records
 from ._session_id import SessionID
 
 CATALOG_FORMAT: Final = "sessionlog-catalog"
@@ -127,6 +128,8 @@ def list_sessions(
         limit=limit,
         offset=offset,
     )
+    if isinstance(store, CatalogRecords):  # a catalog table (PostgreSQL): one indexed query
+        return infos_from_records(store.query_catalog_records(query))
     if isinstance(store, CatalogQuery):
         return store.query_catalog(query)
     return select(catalog_rows(store), query)

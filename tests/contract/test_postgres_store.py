@@ -478,3 +478,56 @@ def test_decoded_export_has_the_header_first(make_pg: StoreFactory) -> None:
     assert decoded.header is not None and decoded.header.key == "telegram:42"
     assert decoded.bad is None and decoded.torn is None
     assert pg.keys() == ["telegram:42"]
+
+
+def test_catalog_listing_equals_the_file_stores(make_pg: StoreFactory, tmp_path: Path) -> None:
+    import projections
+
+    files = FileStore(tmp_path, durability="none")
+    keys = [
+        "kyoto:telegram:42",
+        "kyoto:telegram:43:thread",
+        "kyoto:slack:7",
+        "osaka:telegram:42",
+        "telegram:99",
+        "plain",
+        "a::b",
+        "nul\x00key:x",
+    ]
+    for n, key in enumerate(keys):
+        s = files.session(key, metadata={"tags": ["t", n]} if n % 2 else None)
+        if n % 3 == 0:
+            s.append_message("assistant", f"  hello   from {n}  ")
+        s.append_message("user", [{"type": "text", "text": f"question {n}"}] if n % 2 else "")
+        s.update_metadata(set={"title": f"T{n}\x00", "summary": "meta summary"})
+        if n % 4 == 0:
+            s.compact(f"compacted {n}", 1)
+        if n % 2:
+            s.set_lifecycle("archived", "archive")
+    pg = make_pg()
+    for key in keys:
+        assert pg.import_bytes(key, files.read_bytes(key)) == "created"
+    middle = files.state(keys[3]).created_at
+    filters: list[dict[str, Any]] = [
+        {},
+        {"prefix": "kyoto:"},
+        {"prefix": "kyoto:telegram:4"},
+        {"agent": "kyoto"},
+        {"agent": ""},
+        {"channel": "telegram"},
+        {"peer": "42"},
+        {"agent": "kyoto", "channel": "telegram", "peer": "42"},
+        {"state": "archived"},
+        {"created_after": middle},
+        {"created_before": middle},
+        {"order": "created"},
+        {"order": "key"},
+        {"order": "key", "limit": 3, "offset": 2},
+        {"limit": 0},
+        {"offset": 5},
+    ]
+    for f in filters:
+        expected = projections.list_sessions(files, **f)
+        assert projections.list_sessions(pg, **f) == expected, f
+    assert len(projections.list_sessions(pg)) == len(keys)
+    files.close()

@@ -1,0 +1,54 @@
+"""Catalog rows from a store that keeps its catalog as a table (PostgreSQL).
+
+Such a store answers ``query_catalog_records(filter)`` with one indexed query and returns
+``eventlog.CatalogRecord``s: the columns it keeps in the same transaction as each append. This
+module turns them into :class:`SessionInfo` rows with the catalog's own rules (preview, tags,
+summary), so a listing from PostgreSQL equals one from files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from ._catalog_row import NO_PREVIEW, USER_PREVIEW, SessionInfo, _consider, _summary, _tags
+
+
+@runtime_checkable
+class CatalogRecords(Protocol):
+    """A store whose catalog is a table it keeps current itself."""
+
+    def query_catalog_records(self, filter: Any) -> list[Any]:
+        """The records ``filter`` selects, in its order, limit and offset applied."""
+        ...
+
+
+def info_from_record(record: Any) -> SessionInfo:
+    """The catalog row of one ``eventlog.CatalogRecord``."""
+    meta = record.metadata
+    meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None
+    preview, role = "", NO_PREVIEW
+    for message in record.preview:
+        preview, role = _consider(message, preview, role)
+        if role == USER_PREVIEW:
+            break
+    title = meta.get("title")
+    return SessionInfo(
+        key=record.key,
+        title=title if isinstance(title, str) else "",
+        preview=preview,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        messages=record.messages,
+        tokens=record.tokens,
+        state=record.state,
+        tags=_tags(meta.get("tags")),
+        summary=_summary(meta_summary, record.compaction_summary),
+        seq=record.seq,
+        head=record.head,
+    )
+
+
+def infos_from_records(records: Iterable[Any]) -> list[SessionInfo]:
+    """The catalog rows of several records, in their order."""
+    return [info_from_record(r) for r in records]
