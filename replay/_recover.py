@@ -18,11 +18,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from eventlog import BaseStore, LockedError, SessionNotFoundError, decode_log
+from eventlog import BaseStore, LockedError, SessionNotFoundError
 
 from ._errors import RecoverRefusedError
 from ._report import Finding, RecoverReport, SessionRecover
-from ._verify import _check_decoded, check_heads
+from ._verify import check_data, check_heads
 from ._views import Views, rebuild_catalog, rebuild_snapshot, where
 
 _RETRIES = 3
@@ -77,14 +77,20 @@ def _locked(result: SessionRecover) -> None:
 def _recover_one(store: BaseStore, key: str, result: SessionRecover, views: Views) -> None:
     for _ in range(_RETRIES):
         data = store.read_bytes(key)
-        decoded = decode_log(data, key=store.hash_key)
-        if decoded.header is None and _torn_header(data):
+        checked = check_data(data, key=key, path=result.path, hash_key=store.hash_key)
+        check = checked.report
+        decoded = checked.decoded
+        if decoded is not None and decoded.header is None and _torn_header(data):
             if not _redo_header(store, key, result, len(data)):
                 return
             continue
-        check = _check_decoded(decoded, data, key=key, path=result.path)
-        torn = decoded.torn
-        if torn is not None and decoded.bad is None and decoded.header is not None:
+        torn = decoded.torn if decoded is not None else None
+        if (
+            torn is not None
+            and decoded is not None
+            and decoded.bad is None
+            and decoded.header is not None
+        ):
             try:
                 cut = store.cut(
                     key,
@@ -101,10 +107,10 @@ def _recover_one(store: BaseStore, key: str, result: SessionRecover, views: View
             result.quarantine = cut.quarantine
             continue  # read the cut log again to check what is left
         recorded = views.recorded(key)
-        check_heads(check, decoded, recorded)
+        check_heads(check, checked, recorded)
         # A stale or corrupt snapshot is the view's fault, not the log's: rebuilt, not reported.
         result.problems.extend(p for p in check.problems if not p.what.startswith("the snapshot"))
-        if decoded.bad is not None or decoded.header is None:
+        if checked.header is None or (decoded is not None and decoded.bad is not None):
             return  # corruption in the middle is reported, never repaired implicitly
         if any(r.view == "snapshot" and r.health != "valid" for r in recorded) or check.truncated:
             result.snapshot_rebuilt = rebuild_snapshot(store, key)

@@ -25,6 +25,7 @@ from eventlog import (
 )
 
 from ._errors import PointNotFoundError
+from ._fastscan import paused_gc, scan
 from ._views import where
 
 
@@ -107,18 +108,23 @@ def state_at(
         cut = _end_of_line(data, seq - base + 1)
     else:
         cut = data.rfind(b"\n") + 1
-    decoded = decode_log(data[:cut], key=store.hash_key)
-    # A torn last line is not part of the log (recover cuts it); a bad line before it is fatal.
-    torn_mid = decoded.torn is not None and (decoded.header is None or cut < len(data))
-    problem = decoded.bad or (decoded.torn if torn_mid else None)
-    if problem is not None:
-        raise CorruptLogError(path, problem.line, problem.reason)
-    assert decoded.header is not None
-    if seq is not None and decoded.last_seq < seq:
-        raise PointNotFoundError(
-            path, f"seq {seq} is past the end of the log (seq {decoded.last_seq})"
-        )
-    return fold(decoded.header, decoded.events)
+    prefix = data[:cut]
+    fast = scan(prefix, store.hash_key)
+    if fast is not None:
+        start, events, last = fast.header, fast.events, fast.last_seq
+    else:
+        decoded = decode_log(prefix, key=store.hash_key)
+        # A torn last line is not part of the log (recover cuts it); a bad line before it is.
+        torn_mid = decoded.torn is not None and (decoded.header is None or cut < len(data))
+        problem = decoded.bad or (decoded.torn if torn_mid else None)
+        if problem is not None:
+            raise CorruptLogError(path, problem.line, problem.reason)
+        assert decoded.header is not None
+        start, events, last = decoded.header, decoded.events, decoded.last_seq
+    if seq is not None and last < seq:
+        raise PointNotFoundError(path, f"seq {seq} is past the end of the log (seq {last})")
+    with paused_gc():
+        return fold(start, events)
 
 
 def _end_of_line(data: bytes, line: int) -> int:

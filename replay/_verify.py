@@ -10,24 +10,66 @@ Verify changes nothing.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from eventlog import (
     FORMAT_VERSION,
     BaseStore,
     Decoded,
+    Header,
     SessionNotFoundError,
     decode_log,
     normalize_key,
 )
 
+from ._fastscan import scan
 from ._report import Finding, SessionVerify, VerifyReport
 from ._views import Recorded, Views, where
 
 
+@dataclass(slots=True)
+class Checked:
+    """A log's check: the report, and what the head check and recovery need."""
+
+    report: SessionVerify
+    header: Header | None
+    #: The valid events (light or full), each with its ``seq`` and ``h``.
+    events: Sequence[Any]
+    #: The slow path's decode (None when the fast path found the log sound).
+    decoded: Decoded | None
+
+
+def check_data(data: bytes, *, key: str | None, path: str, hash_key: bytes = b"") -> Checked:
+    """Check one log's bytes (pure): the fast path for a sound log, else the exact problems."""
+    fast = scan(data, hash_key, light=True)
+    if fast is not None:
+        header = fast.header
+        ids = {e.id for e in fast.events}
+        ids.add(header.id)
+        if (
+            (key is None or header.key == key)
+            and header.version == FORMAT_VERSION
+            and len(ids) == len(fast.events) + 1
+        ):
+            report = SessionVerify(
+                key=key or header.key,
+                path=path,
+                lines=fast.lines,
+                bytes=len(data),
+                seq=fast.last_seq,
+                head=fast.head,
+            )
+            return Checked(report, header, fast.events, None)
+    decoded = decode_log(data, key=hash_key)
+    report = _check_decoded(decoded, data, key=key, path=path)
+    return Checked(report, decoded.header, decoded.events, decoded)
+
+
 def check_log(data: bytes, *, key: str | None, path: str, hash_key: bytes = b"") -> SessionVerify:
     """Check one log's bytes (pure): header, chain, seq, events, unique ids, torn tail."""
-    decoded = decode_log(data, key=hash_key)
-    return _check_decoded(decoded, data, key=key, path=path)
+    return check_data(data, key=key, path=path, hash_key=hash_key).report
 
 
 def _check_decoded(decoded: Decoded, data: bytes, *, key: str | None, path: str) -> SessionVerify:
@@ -76,15 +118,16 @@ def _check_decoded(decoded: Decoded, data: bytes, *, key: str | None, path: str)
     return report
 
 
-def check_heads(report: SessionVerify, decoded: Decoded, recorded: list[Recorded]) -> None:
+def check_heads(report: SessionVerify, checked: Checked, recorded: list[Recorded]) -> None:
     """Compare the log with what the snapshot and the catalog recorded (adds problems).
 
     A view that recorded a later seq than the log holds means whole lines are gone: the log is
     reported truncated. A view whose hash at its seq differs means the log was rewritten.
     """
-    if decoded.header is None or decoded.bad is not None:
+    header = checked.header
+    if header is None or (checked.decoded is not None and checked.decoded.bad is not None):
         return
-    base = decoded.header.seq
+    base = header.seq
     for rec in recorded:
         if rec.health == "corrupt":
             report.problems.append(
@@ -116,7 +159,7 @@ def check_heads(report: SessionVerify, decoded: Decoded, recorded: list[Recorded
                     )
                 )
             continue
-        at = decoded.header.h if rec.seq == base else decoded.events[rec.seq - base - 1].h
+        at = header.h if rec.seq == base else checked.events[rec.seq - base - 1].h
         if at != rec.head:
             report.problems.append(
                 Finding(
@@ -139,10 +182,9 @@ def verify_session(
     secret = store.hash_key if hash_key is None else normalize_key(hash_key)
     path = where(store, key)
     data = store.read_bytes(key)
-    decoded = decode_log(data, key=secret)
-    report = _check_decoded(decoded, data, key=key, path=path)
-    check_heads(report, decoded, (views or Views(store)).recorded(key))
-    return report
+    checked = check_data(data, key=key, path=path, hash_key=secret)
+    check_heads(checked.report, checked, (views or Views(store)).recorded(key, full=False))
+    return checked.report
 
 
 def verify(
@@ -159,8 +201,6 @@ def verify(
     started = time.perf_counter()
     report = VerifyReport()
     if key is not None:
-        if not store.exists(key):
-            raise SessionNotFoundError(key)
         keys = [key]
     else:
         keys = store.keys()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 import projections
 from eventlog import BaseStore, EventLogError
@@ -56,6 +58,43 @@ def _catalog_heads(store: BaseStore) -> dict[str, tuple[int, str]]:
     return heads
 
 
+class _Anchor(msgspec.Struct):
+    """The anchor fields of a stored snapshot (its state is skipped, not decoded)."""
+
+    key: str = ""
+    seq: int = -1
+    head: str = ""
+
+
+_anchor = msgspec.msgpack.Decoder(_Anchor)
+_SNAP_MAGIC: Final = b"SLSNAP1\n"
+_SNAP_DIGEST: Final = 16
+
+
+def peek_snapshot(store: BaseStore, key: str) -> Recorded | None:
+    """The seq and head a stored snapshot records, read without decoding its state.
+
+    For verify: cheap, and only compared with the log (a damaged snapshot can at worst raise a
+    false alarm there; recover checks digests and rebuilds). None when there is no snapshot, or
+    it cannot be read this way (the caller then asks the store for the full status).
+    """
+    blob_of: Callable[[str], bytes | None] | None = getattr(store, "snapshot_bytes", None)
+    if blob_of is None:
+        return None
+    blob = blob_of(key)
+    if blob is None:
+        return Recorded("snapshot", -1, None, "missing")
+    if not blob.startswith(_SNAP_MAGIC) or len(blob) < len(_SNAP_MAGIC) + _SNAP_DIGEST:
+        return None
+    try:
+        anchor = _anchor.decode(memoryview(blob)[len(_SNAP_MAGIC) : -_SNAP_DIGEST])
+    except msgspec.DecodeError:
+        return None
+    if anchor.key != key or anchor.seq < 0 or not anchor.head:
+        return None
+    return Recorded("snapshot", anchor.seq, anchor.head)
+
+
 class Views:
     """What the views of one store recorded, read once for a whole verify or recover run."""
 
@@ -66,11 +105,19 @@ class Views:
         except (EventLogError, OSError, ValueError):
             self.catalog = {}
 
-    def recorded(self, key: str) -> list[Recorded]:
-        """The points the snapshot and the catalog recorded for ``key``."""
+    def recorded(self, key: str, *, full: bool = True) -> list[Recorded]:
+        """The points the snapshot and the catalog recorded for ``key``.
+
+        ``full`` checks the snapshot's digest and anchor through the store (recover);
+        otherwise only its recorded seq and head are read (verify compares them itself).
+        """
         out: list[Recorded] = []
+        peeked = None if full else peek_snapshot(self.store, key)
         status = getattr(self.store, "snapshot_status", None)
-        if status is not None:
+        if peeked is not None:
+            if peeked.health != "missing":
+                out.append(peeked)
+        elif status is not None:
             st = status(key)
             if st.health != "missing":
                 out.append(Recorded("snapshot", st.seq, None, st.health, st.reason))
