@@ -57,12 +57,21 @@ class PollingWaker:
         """Nothing to release."""
 
 
+class AsyncStoreLike(Protocol):
+    """An async store: followed through the sync store underneath it."""
+
+    @property
+    def sync(self) -> BaseStore:
+        """The sync store underneath."""
+        ...
+
+
 class Follow(Iterator[Event], AsyncIterator[Event]):
     """Events of one session after ``after_seq``, old then new; see :func:`follow`."""
 
     def __init__(
         self,
-        store: BaseStore,
+        store: BaseStore | AsyncStoreLike,
         key: str,
         after_seq: int = 0,
         *,
@@ -73,7 +82,9 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
     ) -> None:
         if poll <= 0 or max_poll < poll:
             raise ValueError("need 0 < poll <= max_poll")
-        self.store = store
+        if not isinstance(store, BaseStore):
+            store = store.sync
+        self.store: BaseStore = store
         self.key = key
         self.after_seq = after_seq
         self.poll = poll
@@ -190,7 +201,7 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
 
 
 def follow(
-    store: BaseStore,
+    store: BaseStore | AsyncStoreLike,
     key: str,
     after_seq: int = 0,
     *,
@@ -202,7 +213,8 @@ def follow(
     """Iterate (``for`` or ``async for``) over ``key``'s events after ``after_seq``, live.
 
     Runs until the caller breaks out or calls ``close()``; with ``idle_timeout``, it also ends
-    once no new event arrived for that many seconds.
+    once no new event arrived for that many seconds. An async store is followed through the
+    sync store underneath it (``store.sync``).
 
     Raises:
         SessionNotFoundError: no session ``key`` (at once, not on the first ``next``).

@@ -200,10 +200,7 @@ def verify(
     """
     started = time.perf_counter()
     report = VerifyReport()
-    if key is not None:
-        keys = [key]
-    else:
-        keys = store.keys()
+    keys = [key] if key is not None else store.keys()
     views = Views(store)
     for k in keys:
         try:

@@ -133,3 +133,15 @@ def test_follow_errors(tmp_path: Path) -> None:
     path.write_bytes(data.replace(b"m1", b"mX"))
     with pytest.raises(CorruptLogError, match="line 3"):
         list(replay.follow(store, "k", idle_timeout=0.05))
+
+
+@pytest.mark.anyio
+async def test_async_follow_of_an_async_store(tmp_path: Path) -> None:
+    from eventlog import AsyncFileStore
+
+    async with AsyncFileStore(tmp_path, durability="none") as store:
+        s = await store.session("x")
+        await s.append_message("user", "hello")
+        got = [e async for e in replay.follow(store, "x", idle_timeout=0.05)]
+        assert contents(got) == ["hello"]
+        await s.close()
