@@ -319,7 +319,10 @@ class SessionManager:
             raise
         session._trim_reason = "truncate"
         plain = not (diff.clear or diff.trim or diff.retract)
-        binding.saved = list(current)
+        if plain and diff.keep == len(binding.saved):
+            binding.saved += appended  # the kept prefix equals the saved one already
+        else:
+            binding.saved = list(current)
         if plain and len(copies) < TAIL_CHECK:
             binding.tail = (binding.tail + copies)[-TAIL_CHECK:]
         else:
