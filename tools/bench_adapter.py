@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import shutil
 import statistics
 import sys
@@ -150,6 +151,23 @@ def nanobot() -> Side | None:
     return Side("nanobot", make, lambda manager: None)
 
 
+def fsync_floor(root: Path, iterations: int = 200) -> float:
+    """Median seconds of one raw ``write`` + ``fdatasync`` of a 1.5 KB line on this disk."""
+    fd, name = tempfile.mkstemp(dir=root)
+    line = b"x" * 1_500 + b"\n"
+    times: list[float] = []
+    try:
+        for _ in range(iterations):
+            start = time.perf_counter()
+            os.write(fd, line)
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return statistics.median(times)
+
+
 def fmt_time(seconds: float | None) -> str:
     """A per-message time in the unit that reads best."""
     if seconds is None:
@@ -174,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         print("nanobot: not installed in this interpreter (run with the bench venv)")
     print(f"python {sys.version.split()[0]}; workspaces in {root}; median of {args.runs} runs")
     header = f"{'messages':>8} {'fsync':>5} {'ours/msg':>10} {'nanobot/msg':>12} {'ratio':>8} {'target':>7}"
+    print(f"disk floor: one append + fdatasync = {fmt_time(fsync_floor(root))} (median)")
     print(header)
     ok = True
     for size in args.sizes:
@@ -198,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{size:>8} {fsync!s:>5} {fmt_time(mine_s):>10} {fmt_time(theirs_s):>12} "
                 f"{ratio_text:>8} {target_text:>7}{flag}"
             )
+    print(f"disk floor after: {fmt_time(fsync_floor(root))}")
     return 0 if ok else 1
 
 
