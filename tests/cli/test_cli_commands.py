@@ -155,10 +155,10 @@ def test_tail_follow_sees_another_process(store_dir: Path) -> None:
             "-f",
             KEY,
             "-n",
-            "0",
+            "1",
             "--json",
             "--idle-exit",
-            "3",
+            "5",
             "--store",
             str(store_dir),
         ],
@@ -183,6 +183,7 @@ def test_tail_follow_sees_another_process(store_dir: Path) -> None:
     # -n 1 prints seq 15 when the follower starts first, else the new line already: either
     # way the line appended by the other process is printed once, last.
     events = [json.loads(line) for line in out.splitlines()]
+    assert events, f"the follower printed nothing; stderr: {err!r}"
     assert events[-1]["message"]["content"] == "live from elsewhere"
     assert [e["seq"] for e in events] in ([15, 16], [16])
 
