@@ -32,7 +32,7 @@ import msgspec
 
 import projections
 import replay
-from eventlog import EventLogError, FileStore, InvalidEventError, key_to_stem
+from eventlog import CorruptLogError, EventLogError, FileStore, InvalidEventError, key_to_stem
 
 from ._nanobot_diff import TAIL_CHECK, diff_messages
 from ._nanobot_session import Binding, Session, local_time, valid_cursor, value_copy
@@ -242,7 +242,13 @@ class SessionManager:
     def _load(self, key: str) -> Session | None:
         if not self.store.exists(key):
             return None
-        writer = self.store.open(key)
+        try:
+            writer = self.store.open(key)
+        except CorruptLogError as exc:
+            # nanobot skips the lines it cannot read; here they go to quarantine, not away.
+            logger.warning("Session %s: %s; repairing (the rest kept in quarantine)", key, exc)
+            replay.repair(self.store, key)
+            writer = self.store.open(key)
         state = writer.state
         session = Session(
             key=key,

@@ -664,3 +664,17 @@ def test_after_any_edits_and_save_the_log_equals_the_session(data: st.DataObject
             assert state.metadata == session.metadata
             assert state.last_consolidated == session.last_consolidated
             assert session.get_history(max_messages=5) == history
+
+
+def test_a_corrupt_line_in_our_log_is_repaired_into_quarantine(workspace: Path) -> None:
+    with SessionManager(workspace) as manager:
+        session = manager.get_or_create("k")
+        session.messages.extend(convo(4))
+        manager.save(session)
+        path = manager.store.path_for("k")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"m2", b"XX")  # the third message no longer matches its hash
+    path.write_bytes(b"".join(lines))
+    with SessionManager(workspace) as manager:
+        assert manager.get_or_create("k").messages == convo(2)
+        assert b"XX" in manager.store.quarantine_path("k").read_bytes()
