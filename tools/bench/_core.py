@@ -192,7 +192,7 @@ def ms(seconds: float) -> float:
 
 
 def machine() -> dict[str, str]:
-    """Date, cores, CPU model and Python version of this machine."""
+    """Date, cores, CPU model, Python version and load average of this machine."""
     import platform
 
     model = "unknown"
@@ -210,4 +210,5 @@ def machine() -> dict[str, str]:
         "cpu": model,
         "python": platform.python_version(),
         "system": f"{platform.system()} {platform.release()}",
+        "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
     }

@@ -114,5 +114,5 @@ def machine_line(facts: Mapping[str, str]) -> str:
     """One line saying when and where the figures were taken."""
     return (
         f"{facts['date']}; {facts['cores']} cores, {facts['cpu']}; Python {facts['python']}; "
-        f"{facts['system']}"
+        f"{facts['system']}; load average {facts.get('load', '?')} (1/5/15 min)"
     )
