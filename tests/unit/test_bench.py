@@ -1,0 +1,48 @@
+"""The benchmark suite's pure parts: the seeded workload, ratios, targets and rendering."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from tools.bench._core import Row
+from tools.bench._report import markdown, table
+from tools.bench._workload import conversation, describe
+
+
+def test_workload_is_seeded_and_realistic() -> None:
+    a = conversation(600)
+    assert a == conversation(600)
+    assert a != conversation(600, seed=2)
+    facts = describe(a)
+    assert 150 <= facts["median_content_chars"] <= 500
+    assert facts["big_tool_outputs"] > 0
+    assert not describe(conversation(600, big_tools=False))["big_tool_outputs"]
+
+
+def test_every_tool_result_answers_a_declared_call() -> None:
+    declared: set[str] = set()
+    for m in conversation(2_000):
+        for call in m.get("tool_calls") or ():
+            declared.add(call["id"])
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in declared
+
+
+def test_ratio_and_target_follow_the_unit() -> None:
+    rate = Row("g", "rate", "events/s", 200.0, 50.0, target=100.0)
+    assert rate.ratio == 4.0 and rate.meets is True
+    time_row = Row("g", "time", "ms", 10.0, 40.0, target=5.0)
+    assert time_row.ratio == 4.0 and time_row.meets is False
+    assert Row("g", "none", "ms", 1.0).ratio is None
+
+
+def test_tables_render_missing_nanobot() -> None:
+    rows = [Row("g", "open", "ms", 12.5, None, target=60.0, nanobot_what="load")]
+    out = io.StringIO()
+    Console(file=out, width=120).print(table(rows, title="t", nanobot_missing="not installed"))
+    assert "nanobot: not installed" in out.getvalue()
+    assert "| open | 12.5 ms | nanobot: not installed | - | <= 60.0 ms | yes | load |" in markdown(
+        rows, nanobot_missing="not installed"
+    )
