@@ -7,13 +7,16 @@ session is either in the store or in the trash, never half in each.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 from datetime import datetime
 from pathlib import Path
 
 import msgspec
 
+from ._errors import UnsafePathError
 from ._filestore import fsync_dir, read_file
 from ._lifecycle import TrashEntry
 
@@ -38,7 +41,10 @@ def move_to_trash(
 ) -> str:
     """Move ``files`` (those that exist) into a new trash entry; return its directory."""
     base = trash_root(root)
-    os.makedirs(base, mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(base, 0o700)
+    if not stat.S_ISDIR(os.lstat(base).st_mode):  # a symlink there must not carry files away
+        raise UnsafePathError(str(base), "the trash is not a directory of this store")
     entry_dir = base / entry_id
     os.mkdir(entry_dir, 0o700)
     present = [f for f in files if os.path.lexists(f)]
