@@ -62,7 +62,7 @@ def _child(root: str, durability: str, hash_key: str | None, key: str, tag: str,
     i = 0
     while True:
         event_id = f"{tag}-{i}"
-        seq = one_event(writer, rng, event_id, big=0.05)
+        seq = one_event(writer, rng, event_id, big=0.01)
         os.write(wfd, f"{seq} {event_id}\n".encode())
         i += 1
 
@@ -84,9 +84,12 @@ def _fork_child(
     return pid, rfd
 
 
-def _read_until(rfd: int, deadline: float, buf: bytearray) -> bool:
-    """Collect pipe bytes until ``deadline``; False when the child closed the pipe (it died)."""
+def _read_until(rfd: int, deadline: float, buf: bytearray, acks: int = 0) -> bool:
+    """Collect pipe bytes until ``deadline`` (or, with ``acks``, until that many arrived, then
+    stop waiting); False when the child closed the pipe (it died)."""
     while True:
+        if acks and buf.count(b"\n") >= acks:
+            return True
         left = deadline - time.monotonic()
         if left <= 0:
             return True
@@ -104,13 +107,16 @@ def _drain(rfd: int, buf: bytearray) -> None:
     os.close(rfd)
 
 
-def _delay(rng: random.Random) -> float:
-    roll = rng.random()
-    if roll < 0.1:
-        return 0.0  # usually before the session is even open
-    if roll < 0.4:
-        return rng.uniform(0, 0.005)
-    return rng.uniform(0.005, 0.06)
+def _moment(rng: random.Random) -> tuple[float, int, float]:
+    """When to kill: (seconds to wait, acknowledgements to wait for first, then extra seconds).
+
+    A third of the kills come at a random time from the fork (often before the session is
+    open); the rest after a random number of acknowledged appends plus a random delay, so the
+    kill lands anywhere in the next append: encoding, the write, the fsync, the report.
+    """
+    if rng.random() < 0.3:
+        return rng.choice([0.0, rng.uniform(0, 0.005), rng.uniform(0, 0.03)]), 0, 0.0
+    return 5.0, rng.randrange(1, 8), rng.choice([0.0, rng.uniform(0, 0.001), rng.uniform(0, 0.01)])
 
 
 def crash_round(
@@ -130,7 +136,10 @@ def crash_round(
     """
     pid, rfd = _fork_child(str(root), durability, hash_key, key, tag)
     buf = bytearray()
-    alive = _read_until(rfd, time.monotonic() + _delay(rng), buf)
+    wait, acks, extra = _moment(rng)
+    alive = _read_until(rfd, time.monotonic() + wait, buf, acks)
+    if alive and extra:
+        alive = _read_until(rfd, time.monotonic() + extra, buf)
     os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     _drain(rfd, buf)
