@@ -16,6 +16,7 @@ bad line followed by more lines is a :class:`BadLine`: the reader stops there.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from ._events import (
 )
 
 ZERO_HASH: Final = "0" * 32
+_GC_PAUSE_BYTES: Final = 1 << 20
 _HASH_OPEN: Final = b',"h":"'
 _HASH_CLOSE: Final = b'"}'
 #: Bytes after the body: ``,"h":"`` + 32 hex + ``"}`` (the newline not included).
@@ -88,7 +90,10 @@ def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tu
     except UnicodeEncodeError as exc:  # a lone surrogate: not text JSON can carry
         raise msgspec.EncodeError(f"a string is not valid Unicode: {exc}") from exc
     body = encoded[:-1]  # drop the closing brace; the hash field closes the object
-    if b"\x7f" in body or b"\xc2" in body or b"\xe2\x80" in body:
+    if b"\x7f" in body or (
+        not body.isascii()
+        and (b"\xc2" in body or b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body)
+    ):
         body = _UNSAFE.sub(_escape_unsafe, body)
     h = chain_hash(prev_h, body, key)
     return b"".join((body, _HASH_OPEN, h.encode("ascii"), _HASH_CLOSE, b"\n")), h
@@ -190,16 +195,17 @@ class LineDecoder:
             self._more_after_bad = self._more_after_bad or bool(data)
             return []
         buf = self._buf + data if self._buf else data
+        view = memoryview(buf)  # lines are checked and decoded without being copied
         out: list[Event] = []
         start = 0
         find = buf.find
+        key = self.key
         while True:
             end = find(b"\n", start)
             if end < 0:
                 break
-            line = buf[start:end]
             self.line_no += 1
-            result = self._check(line)
+            result = self._check(buf, view, start, end, key)
             if isinstance(result, str):
                 self.bad = Problem(self.line_no, self.offset, result)
                 self._buf = buf[start:]
@@ -233,13 +239,23 @@ class LineDecoder:
             return torn
         return TornTail(self.line_no + 1, self.offset, self._buf, "incomplete last line (no newline)")
 
-    def _check(self, line: bytes) -> Event | None | str:
-        parts = split_hash(line)
-        if parts is None:
+    def _check(
+        self, buf: bytes, view: memoryview, start: int, end: int, key: bytes
+    ) -> Event | str | None:
+        """Check and decode the line ``buf[start:end]`` (its newline at ``end``)."""
+        body_end = end - SUFFIX_LEN
+        if (
+            body_end <= start + 1
+            or buf[body_end : body_end + 6] != _HASH_OPEN
+            or buf[end - 2 : end] != _HASH_CLOSE
+        ):
             return "no hash field (not a session log line, or cut short)"
-        body, h = parts
-        if chain_hash(self.head, body, self.key) != h:
+        hasher = blake2b(self.head.encode("ascii"), digest_size=16, key=key)
+        hasher.update(view[start:body_end])
+        h = hasher.hexdigest()
+        if buf[end - 34 : end - 2] != h.encode("ascii"):
             return "hash mismatch (edited, reordered, or written with another key)"
+        line = view[start:end]
         if self.expect_header:
             try:
                 header = _header_decoder.decode(line)
@@ -268,7 +284,7 @@ class LineDecoder:
         return event
 
 
-def _decode_unknown(line: bytes) -> UnknownEvent | None:
+def _decode_unknown(line: bytes | memoryview) -> UnknownEvent | None:
     """Keep an event of a type this version does not know, or None if it is not an event."""
     try:
         raw = _raw_decoder.decode(line)
@@ -306,7 +322,16 @@ def decode_log(
         offset=offset,
         first_line=first_line,
     )
-    events = dec.feed(data)
+    # Decoding builds a dict per message; for a big log the cyclic collector would run many
+    # times over objects that are all still alive. Pause it (restored even on error).
+    pause = len(data) > _GC_PAUSE_BYTES and gc.isenabled()
+    if pause:
+        gc.disable()
+    try:
+        events = dec.feed(data)
+    finally:
+        if pause:
+            gc.enable()
     torn = dec.finish()
     return Decoded(
         header=dec.header,
