@@ -144,9 +144,12 @@ class _PgIO:
                 _rollback(conn)
                 return
             try:
-                self._write(conn, state)
+                # One round trip: the write and the commit go together (pipeline mode). A
+                # dropped connection here may have committed or not: the outcome is unknown.
                 committing = True
-                conn.commit()
+                with conn.pipeline():
+                    self._write(conn, state)
+                    conn.commit()
             except BaseException as exc:
                 self._stale = True
                 _rollback(conn)
@@ -163,7 +166,8 @@ class _PgIO:
     def _catch_up(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
         store = self._store
         try:
-            row = conn.execute(store._sql.lock, (self._kb,)).fetchone()
+            with conn.pipeline():  # BEGIN and the row lock in one round trip
+                row = conn.execute(store._sql.lock, (self._kb,)).fetchone()
             if row is None:
                 raise SessionNotFoundError(self._key)
             seq, head, self._size = int(row[0]), str(row[1]), int(row[2])

@@ -266,11 +266,34 @@ def _kill_backend(dsn: str, conn: psycopg.Connection[Any]) -> None:
         killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
 
 
-def test_connection_dropped_before_the_write_writes_nothing(
+def test_connection_dropped_before_the_lock_writes_nothing(
     make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pg = make_pg()
     w = pg.session("drop:1")
+    w.append_message("user", "one")
+    real = _PgIO._catch_up
+
+    def dropped(self: _PgIO, conn: psycopg.Connection[Any], state: Any) -> None:
+        _kill_backend(dsn, conn)
+        real(self, conn, state)
+
+    monkeypatch.setattr(_PgIO, "_catch_up", dropped)
+    with pytest.raises(StorageError) as info:
+        w.append_message("user", "two", id="evt-2")
+    assert not isinstance(info.value, CommitUnknownError)
+    assert "nothing was written" in str(info.value)
+    monkeypatch.setattr(_PgIO, "_catch_up", real)
+    assert pg.committed("drop:1", "evt-2") is None
+    assert w.append_message("user", "two", id="evt-2") == 2
+    assert [e.seq for e in make_pg().load("drop:1").events] == [1, 2]
+
+
+def test_connection_dropped_before_the_write_is_unknown_then_resolved(
+    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg = make_pg()
+    w = pg.session("drop:2")
     w.append_message("user", "one")
     real = _PgIO._write
 
@@ -279,14 +302,13 @@ def test_connection_dropped_before_the_write_writes_nothing(
         real(self, conn, state)
 
     monkeypatch.setattr(_PgIO, "_write", dropped)
-    with pytest.raises(StorageError) as info:
+    with pytest.raises(CommitUnknownError) as info:
         w.append_message("user", "two", id="evt-2")
-    assert not isinstance(info.value, CommitUnknownError)
-    assert "nothing was written" in str(info.value)
+    assert info.value.event_ids == ("evt-2",)
     monkeypatch.setattr(_PgIO, "_write", real)
-    assert pg.committed("drop:1", "evt-2") is None
-    assert w.append_message("user", "two", id="evt-2") == 2
-    assert [e.seq for e in make_pg().load("drop:1").events] == [1, 2]
+    assert pg.committed("drop:2", "evt-2") is None  # it did not happen...
+    assert w.append_message("user", "two", id="evt-2") == 2  # ...so the retry writes it once
+    assert [e.seq for e in make_pg().load("drop:2").events] == [1, 2]
 
 
 def test_lost_commit_acknowledgement_is_reported_and_a_retry_is_safe(
