@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -177,7 +178,9 @@ def populate(dsn: str, schema: str, sessions: int) -> None:
                     )
                 )
                 pos = 0
-                for seq, (line, eid) in enumerate(zip(lines, [header.id] + [e.id for e in evs])):
+                for seq, (line, eid) in enumerate(
+                    zip(lines, [header.id] + [e.id for e in evs], strict=True)
+                ):
                     events.append((kb, seq, pos, eid.encode(), line))
                     pos += len(line)
         with cur.copy(
@@ -207,7 +210,7 @@ def bench_list(dsn: str, schema: str, runs: int) -> dict[str, float]:
     out = {}
     for name, kwargs in cases.items():
         assert len(list_sessions(store, limit=20, **kwargs)) == 20, name
-        out[name] = _median_ms(lambda kw=kwargs: list_sessions(store, limit=20, **kw), runs)
+        out[name] = _median_ms(partial(list_sessions, store, limit=20, **kwargs), runs)
     store.close()
     return out
 
