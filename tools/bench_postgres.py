@@ -19,8 +19,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from functools import partial
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import msgspec
