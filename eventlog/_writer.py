@@ -68,6 +68,9 @@ def check_durability(durability: str) -> Durability:
     return durability  # type: ignore[return-value]
 
 
+_NO_TRANSACTION = nullcontext()
+
+
 class SessionWriter(WriteAPI[int]):
     """Appends events to one session; obtained from ``store.session(key)``.
 
@@ -103,6 +106,7 @@ class SessionWriter(WriteAPI[int]):
         # Group commit: which lines are durable; waiters sleep on the condition.
         self._commit = GroupCommit(state.seq, durable=durability != "none")
         self._sync_cond = threading.Condition()
+        self._begin: Callable[[SessionState], object] | None = getattr(io, "transaction", None)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -168,10 +172,9 @@ class SessionWriter(WriteAPI[int]):
         # session and folds their new events into ``state`` before the checks; its ``sync``
         # commits. File and memory logs have one writer and need none of that.
         self._check_open()
-        begin = getattr(self._io, "transaction", None)
-        if begin is None:
-            return nullcontext()
-        return cast(AbstractContextManager[object], begin(self._state))
+        if self._begin is None:
+            return _NO_TRANSACTION
+        return cast(AbstractContextManager[object], self._begin(self._state))
 
     def refresh(self) -> int:
         """Fold in events other writers appended (shared stores only); return the last seq."""
