@@ -49,6 +49,7 @@ from ._pg_common import (
     text,
     translate,
 )
+from ._pg_notify import NotifyWaker
 from ._pg_schema import migrate
 from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume
 from ._store import BaseStore, CutReport, OpenReport, RawSession
@@ -629,6 +630,10 @@ class PostgresStore(BaseStore):
         with self._connection("read") as conn:
             row = conn.execute(self._sql.find_id, (kb, event_id.encode())).fetchone()
         return None if row is None else int(row[0])
+
+    def follow_waker(self, key: str) -> NotifyWaker:
+        """A waker for ``replay.follow``: returns when an append to ``key`` commits (NOTIFY)."""
+        return NotifyWaker(self.target, self._sql.channel, check_key(key))
 
     @contextlib.contextmanager
     def batch(self, key: str) -> Iterator[SessionWriter]:

@@ -553,3 +553,54 @@ def test_catalog_listing_equals_the_file_stores(make_pg: StoreFactory, tmp_path:
         assert projections.list_sessions(pg, **f) == expected, f
     assert len(projections.list_sessions(pg)) == len(keys)
     files.close()
+
+
+def test_follow_wakes_on_notify_not_polling(make_pg: StoreFactory) -> None:
+    import replay
+
+    pg, writer_store = make_pg(), make_pg()
+    pg.session("f:1").append_message("user", "before")
+    seen: list[float] = []
+    with replay.follow(pg, "f:1", poll=5.0, max_poll=5.0, idle_timeout=8.0) as events:
+        first = next(events)
+        assert first.seq == 1
+
+        def append_later() -> None:
+            time.sleep(0.3)
+            seen.append(time.monotonic())
+            writer_store.session("f:1").append_message("user", "after")
+
+        thread = threading.Thread(target=append_later)
+        thread.start()
+        second = next(events)  # polling alone would take 5 s to see it
+        arrived = time.monotonic()
+        thread.join()
+    assert second.seq == 2
+    assert arrived - seen[0] < 2.0
+
+
+@pytest.mark.anyio
+async def test_follow_async_wakes_on_notify(make_pg: StoreFactory) -> None:
+    import anyio
+
+    import replay
+
+    pg = make_pg()
+    pg.session("f:2").append_message("user", "one")
+    got: list[int] = []
+    with anyio.fail_after(4):
+        async with anyio.create_task_group() as tg:
+
+            async def reader() -> None:
+                with replay.follow(pg, "f:2", poll=3.0, max_poll=3.0) as events:
+                    async for event in events:
+                        got.append(event.seq)
+                        if event.seq == 2:
+                            break
+
+            tg.start_soon(reader)
+            await anyio.sleep(0.3)
+            await anyio.to_thread.run_sync(
+                lambda: make_pg().session("f:2").append_message("user", "two")
+            )
+    assert got == [1, 2]
