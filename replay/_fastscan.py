@@ -132,8 +132,8 @@ def scan(data: bytes, key: bytes = b"", *, light: bool = False) -> Scanned | Non
         header = _header.decode(data[: first - 1])
         with paused_gc():
             events = (_light if light else _full).decode_lines(data[first:])
-    except msgspec.DecodeError:
-        return None
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None  # hostile nesting or bytes: the slow path says which line is bad
     if header.format != FORMAT_NAME or len(events) != chained[1] - 1:
         return None
     seq = header.seq
