@@ -27,6 +27,7 @@ from ._codec import (
     split_hash,
     verify_chain,
 )
+from ._copy import CopiedSession, CopyReport, copy_store
 from ._errors import (
     ConflictError,
     CorruptLogError,
@@ -76,6 +77,7 @@ from ._fold import (
 from ._lifecycle import CleanupReport, EndHook, TrashEntry, workspace_key, workspace_prefix
 from ._memstore import MemoryStore
 from ._names import key_to_stem, stem_to_key
+from ._pg_common import CatalogRecord
 from ._pg_schema import SchemaVersionError
 from ._postgres import CommitUnknownError, PostgresStore
 from ._postgres_async import AsyncPostgresStore
@@ -100,6 +102,7 @@ __all__ = (
     "AsyncPostgresStore",
     "AsyncSessionWriter",
     "BaseStore",
+    "CatalogRecord",
     "ChainCheck",
     "CleanupReport",
     "Cleared",
@@ -108,6 +111,8 @@ __all__ = (
     "Compaction",
     "ConflictError",
     "Consolidated",
+    "CopiedSession",
+    "CopyReport",
     "CorruptLogError",
     "CutReport",
     "Decoded",
@@ -157,6 +162,7 @@ __all__ = (
     "ViewStorage",
     "apply",
     "chain_hash",
+    "copy_store",
     "decode_log",
     "encode_line",
     "encode_lines",

@@ -604,3 +604,31 @@ async def test_follow_async_wakes_on_notify(make_pg: StoreFactory) -> None:
                 lambda: make_pg().session("f:2").append_message("user", "two")
             )
     assert got == [1, 2]
+
+
+def test_copy_store_files_to_postgres_and_back(make_pg: StoreFactory, tmp_path: Path) -> None:
+    from eventlog import copy_store
+
+    files = FileStore(tmp_path / "src", durability="none")
+    for key in ("telegram:42", "slack:7", "odd key \u2028 ü"):
+        _conversation(files, key)
+    pg = make_pg()
+    report = copy_store(files, pg)
+    assert report.ok, report.problems
+    assert {s.outcome for s in report.sessions} == {"created"}
+    assert copy_store(files, pg).sessions[0].outcome == "unchanged"  # re-running is safe
+    files.session("slack:7").append_message("user", "grew")
+    assert {s.key: s.outcome for s in copy_store(files, pg).sessions}["slack:7"] == "extended"
+    back = FileStore(tmp_path / "back", durability="none")
+    report = copy_store(pg, back)
+    assert report.ok, report.problems
+    for key in files.keys():
+        assert back.read_bytes(key) == files.read_bytes(key) == pg.read_bytes(key)
+    other = FileStore(tmp_path / "other", durability="none")
+    _conversation(other, "telegram:42")  # another log under a key pg already holds
+    clash = copy_store(other, pg)
+    assert not clash.ok and clash.sessions[0].outcome == "clash"
+    keyed = FileStore(tmp_path / "keyed", hash_key="k", durability="none")
+    assert not copy_store(keyed, pg).ok  # different hash keys cannot verify
+    for store in (files, back, other, keyed):
+        store.close()
