@@ -622,7 +622,7 @@ def test_copy_store_files_to_postgres_and_back(make_pg: StoreFactory, tmp_path: 
     back = FileStore(tmp_path / "back", durability="none")
     report = copy_store(pg, back)
     assert report.ok, report.problems
-    for key in files.keys():
+    for key in sorted(files.keys()):
         assert back.read_bytes(key) == files.read_bytes(key) == pg.read_bytes(key)
     other = FileStore(tmp_path / "other", durability="none")
     _conversation(other, "telegram:42")  # another log under a key pg already holds
