@@ -1,0 +1,125 @@
+"""The pure pieces of the PostgreSQL store (no server needed): key parts, catalog columns,
+byte-offset reads, notification payloads, the migration list, printable targets."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventlog import MemoryStore, PostgresStore, SchemaVersionError
+from eventlog._pg_common import (
+    PgTarget,
+    catalog_query,
+    catalog_values,
+    event_row,
+    key_parts,
+    notify_payload,
+    tail_bytes,
+    text,
+)
+from eventlog._pg_schema import MIGRATIONS, SCHEMA_VERSION
+from projections import SessionID
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "", ":", "x:y", "\x00"]), max_size=6).map("".join))
+def test_key_parts_read_keys_like_session_id(key: str) -> None:
+    sid = SessionID.from_key(key)
+    expected = (None, None, None) if sid is None else (sid.agent, sid.channel, sid.peer)
+    assert key_parts(key) == expected
+
+
+def test_catalog_values_follow_the_fold() -> None:
+    store = MemoryStore()
+    s = store.session("a:b")
+    s.append_message("assistant", "hi first")
+    s.append_message("user", [{"type": "image_url"}])  # no text: keep looking
+    s.append_message("tool", "ignored", tool_call_id="x")
+    s.append_message("user", "the question")
+    s.append_message("user", "later")
+    s.update_metadata(set={"title": "T\x00itle"})
+    s.compact("summary \x00 text", 2)
+    values = catalog_values(s.state)
+    assert msgspec.json.decode(values.preview) == [
+        {"role": "assistant", "content": "hi first"},
+        {"role": "user", "content": []},
+        {"role": "user", "content": "the question"},
+    ]
+    assert values.title == "T\ufffditle" and values.summary == "summary \ufffd text"
+    assert msgspec.json.decode(values.metadata) == {"title": "T\x00itle"}
+    assert (values.seq, values.messages, values.head) == (7, 5, s.state.head)
+    assert values.live_tokens == s.state.live_tokens
+
+
+def test_preview_keeps_at_most_eight_messages_and_cuts_long_text() -> None:
+    store = MemoryStore()
+    s = store.session("k")
+    for _ in range(12):
+        s.append_message("assistant", "x" * 5000)
+    preview = msgspec.json.decode(catalog_values(s.state).preview)
+    assert len(preview) == 8 and all(len(m["content"]) == 2000 for m in preview)
+
+
+def test_tail_bytes_slices_from_any_offset() -> None:
+    lines = [b"header\n", b"one\n", b"two\n"]
+    rows: list[tuple[Any, ...]] = []
+    pos = 0
+    for line in lines:
+        rows.append((pos, line))
+        pos += len(line)
+    data = b"".join(lines)
+    for offset in range(len(data) + 3):
+        start = max(i for i, r in enumerate(rows) if r[0] <= offset)
+        assert tail_bytes(rows[start:], offset) == (len(data), data[offset:])
+    assert tail_bytes([], 5) == (5, b"")
+
+
+def test_notify_payload_and_event_row() -> None:
+    assert msgspec.json.decode(notify_payload("a:b", 3)) == ["a:b", 3]
+    assert msgspec.json.decode(notify_payload("k" * 9000, 3)) == [None, 3]
+    line = b'{"type":"message","seq":4,"ts":"2026-01-01T00:00:00Z","id":"e1","message":{}}'
+    assert event_row(line) == (4, "e1", "message")
+    assert text(None) is None and text("a\x00b") == "a\ufffdb"
+
+
+def test_migrations_are_numbered_from_one() -> None:
+    assert [m[0] for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert SCHEMA_VERSION == MIGRATIONS[-1][0]
+    error = SchemaVersionError("db", 9, 1)
+    assert "upgrade" in str(error) and (error.found, error.known) == (9, 1)
+
+
+def test_target_names_host_port_never_the_password() -> None:
+    where = PgTarget("postgresql://bob:hunter2@db.example:6543/agents", "s", 1).where
+    assert where == "postgresql://db.example:6543/agents (schema s)"
+    assert PgTarget("dbname=x", "s", 1).where == "postgresql://localhost:5432/x (schema s)"
+
+
+def test_catalog_query_binds_every_filter() -> None:
+    class Filter(msgspec.Struct):
+        prefix: str | None = "ab"
+        agent: str | None = "a"
+        channel: str | None = None
+        peer: str | None = "p"
+        state: str | None = "idle"
+        created_after: datetime | None = datetime(2026, 1, 1, tzinfo=UTC)
+        created_before: datetime | None = None
+        order: str = "created"
+        limit: int | None = 20
+        offset: int = 40
+
+    query, params = catalog_query("s", Filter())
+    assert params == [b"ab", b"ab\xff", b"a", b"p", "idle", Filter().created_after, 20, 40]
+    assert "ORDER BY created_at DESC, key LIMIT %s OFFSET %s" in query.as_string(None)
+    with pytest.raises(ValueError):
+        catalog_query("s", Filter(order="sideways"))
+
+
+def test_store_refuses_a_bad_schema_name_before_connecting() -> None:
+    with pytest.raises(ValueError):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/x", schema="")
