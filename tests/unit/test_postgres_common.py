@@ -89,7 +89,7 @@ def test_notify_payload_and_event_row() -> None:
 
 def test_migrations_are_numbered_from_one() -> None:
     assert [m[0] for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
-    assert SCHEMA_VERSION == MIGRATIONS[-1][0]
+    assert MIGRATIONS[-1][0] == SCHEMA_VERSION
     error = SchemaVersionError("db", 9, 1)
     assert "upgrade" in str(error) and (error.found, error.known) == (9, 1)
 
