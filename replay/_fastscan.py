@@ -14,6 +14,7 @@ the right kind (object or array) without building Python objects for them.
 from __future__ import annotations
 
 import gc
+from binascii import hexlify
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -100,7 +101,8 @@ def _chain_ok(data: bytes, key: bytes) -> tuple[str, int] | None:
     """Check every line's hash field and chained hash; (head, lines) or None."""
     view = memoryview(data)
     find = data.find
-    h = ZERO_HASH
+    base = blake2b(digest_size=16, key=key)
+    prev = ZERO_HASH.encode("ascii")
     pos = 0
     lines = 0
     size = len(data)
@@ -110,14 +112,17 @@ def _chain_ok(data: bytes, key: bytes) -> tuple[str, int] | None:
             return None
         if data[end - 40 : end - 34] != _HASH_OPEN or data[end - 2 : end] != _HASH_CLOSE:
             return None
-        hasher = blake2b(h.encode("ascii"), digest_size=16, key=key)
+        # h = blake2b(prev_h || body): the previous line's hash as its 32 hex characters.
+        hasher = base.copy()
+        hasher.update(prev)
         hasher.update(view[pos : end - 40])
-        h = hasher.hexdigest()
-        if data[end - 34 : end - 2] != h.encode("ascii"):
+        got = data[end - 34 : end - 2]
+        if hexlify(hasher.digest()) != got:
             return None
+        prev = got
         pos = end + 1
         lines += 1
-    return h, lines
+    return prev.decode("ascii"), lines
 
 
 def scan(data: bytes, key: bytes = b"", *, light: bool = False) -> Scanned | None:
