@@ -63,7 +63,9 @@ def test_mutated_import_files(tmp_path: Path, kind: str, seed: int, rounds: int)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -93,7 +95,9 @@ HOSTILE_LINES = [
 
 
 @pytest.mark.parametrize("line", HOSTILE_LINES, ids=range(len(HOSTILE_LINES)))
-def test_hostile_nanobot_lines_are_kept_in_quarantine_or_imported(tmp_path: Path, line: bytes) -> None:
+def test_hostile_nanobot_lines_are_kept_in_quarantine_or_imported(
+    tmp_path: Path, line: bytes
+) -> None:
     """Regressions: a 5000-digit number raised ValueError and a lone surrogate escape raised
     UnicodeEncodeError out of the nanobot importer; each such line is now salvaged around."""
     meta = b'{"_type":"metadata","key":"hostile:1","created_at":"2026-01-01T00:00:00"}\n'

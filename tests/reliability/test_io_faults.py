@@ -15,7 +15,15 @@ import pytest
 
 import replay
 from eventlog import AsyncFileStore, FileStore, StorageError, decode_log
-from tools.soak._faults import FAULTS, FaultFigures, failing, fault_round, inject, run_faults, short_write
+from tools.soak._faults import (
+    FAULTS,
+    FaultFigures,
+    failing,
+    fault_round,
+    inject,
+    run_faults,
+    short_write,
+)
 
 
 @pytest.mark.parametrize("durability", ["always", "batch", "none"])
@@ -48,7 +56,9 @@ def test_the_error_says_what_and_where(tmp_path: Path) -> None:
     with inject(write=failing(errno.ENOSPC)), pytest.raises(StorageError) as info:
         writer.append_message("user", "x")
     assert info.value.action == "append" and info.value.path == str(store.path_for("k"))
-    assert "No space left on device" in str(info.value) and str(store.path_for("k")) in str(info.value)
+    assert "No space left on device" in str(info.value) and str(store.path_for("k")) in str(
+        info.value
+    )
     with inject(fsync=failing(errno.EIO)), pytest.raises(StorageError) as info:
         writer.append_message("user", "x")
     assert info.value.action == "fsync" and "Input/output error" in str(info.value)

@@ -18,11 +18,35 @@ from eventlog import FileStore, InvalidEventError, key_to_stem, stem_to_key
 from eventlog._filestore import LOG_SUFFIX, QUARANTINE_SUFFIX, SNAPSHOT_SUFFIX
 
 SETTINGS = settings(max_examples=300, deadline=None)
-PIECES = ["..", "/", "\\", "\x00", ":", "_", ".", "~", "-", "%2e", "A", "a", "\u00e9", "e\u0301", "\U0001f338", "\u2028", "\ufeff", " "]
+PIECES = [
+    "..",
+    "/",
+    "\\",
+    "\x00",
+    ":",
+    "_",
+    ".",
+    "~",
+    "-",
+    "%2e",
+    "A",
+    "a",
+    "\u00e9",
+    "e\u0301",
+    "\U0001f338",
+    "\u2028",
+    "\ufeff",
+    " ",
+]
 keys = st.one_of(
     st.text(min_size=1, max_size=60),
     st.lists(st.sampled_from(PIECES), min_size=1, max_size=12).map("".join),
-    st.builds(lambda c, n, tail: c * n + tail, st.sampled_from("a/._\u00e9"), st.integers(100, 4096), st.text(max_size=3)),
+    st.builds(
+        lambda c, n, tail: c * n + tail,
+        st.sampled_from("a/._\u00e9"),
+        st.integers(100, 4096),
+        st.text(max_size=3),
+    ),
 )
 
 
@@ -76,7 +100,9 @@ def test_normalisation_and_case_twins_stay_apart(text: str) -> None:
     assert len({key_to_stem(t) for t in twins}) == len(twins)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(keys, min_size=1, max_size=6, unique=True))
 def test_a_store_keeps_every_key_in_its_own_file(tmp_path: Path, batch: list[str]) -> None:
     batch = [k for k in batch if usable(k)]
