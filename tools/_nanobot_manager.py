@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import weakref
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,12 @@ import replay
 from eventlog import CorruptLogError, EventLogError, FileStore, InvalidEventError, key_to_stem
 
 from ._nanobot_diff import TAIL_CHECK, diff_messages
+from ._nanobot_import import LEDGER_NAME, Ledger, import_workspace
 from ._nanobot_session import Binding, Session, local_time, valid_cursor, value_copy
 
 logger = logging.getLogger("tools.nanobot")
 
 STORE_DIRNAME = ".eventlog"
-LEDGER_NAME = ".nanobot-imports.jsonl"
 #: Metadata a fork does not inherit (nanobot 0.2.2's list).
 FORK_VOLATILE_METADATA_KEYS = frozenset(
     {
@@ -66,6 +66,7 @@ class SessionManager:
         self._cache: dict[str, Session] = {}
         self._lock = threading.RLock()
         self._imported = False
+        self._ledger = Ledger(self.store.root / LEDGER_NAME)
         self._finalizer = weakref.finalize(self, self.store.close)
 
     # -- nanobot's API -------------------------------------------------------------------------
@@ -130,7 +131,7 @@ class SessionManager:
             except EventLogError as exc:
                 logger.warning("Failed to delete session %s: %s", key, exc)
                 return False
-            self._record({"event": "deleted", "key": key})
+            self._ledger.record({"event": "deleted", "key": key})
             return existed
 
     def read_session_file(self, key: str) -> dict[str, Any] | None:
@@ -334,103 +335,20 @@ class SessionManager:
         else:
             binding.tail = value_copy(current[-TAIL_CHECK:])
 
-    # -- import and ledger ---------------------------------------------------------------------
+    # -- import ------------------------------------------------------------------------------
 
     @property
     def ledger_path(self) -> Path:
         """The ledger of imported nanobot files and deleted keys."""
-        return self.store.root / LEDGER_NAME
-
-    def _read_ledger(self) -> tuple[set[str], set[str]]:
-        files: set[str] = set()
-        deleted: set[str] = set()
-        try:
-            data = self.ledger_path.read_bytes()
-        except FileNotFoundError:
-            return files, deleted
-        for line in data.splitlines():
-            try:
-                record = msgspec.json.decode(line, type=dict[str, Any])
-            except msgspec.DecodeError:
-                continue  # a torn last record: the import it names is retried (idempotent)
-            if record.get("event") == "deleted" and isinstance(record.get("key"), str):
-                deleted.add(record["key"])
-            elif isinstance(record.get("file"), str):
-                files.add(record["file"])
-        return files, deleted
-
-    def _record(self, record: dict[str, Any]) -> None:
-        record = {"at": datetime.now(UTC).isoformat(), **record}
-        fd = os.open(
-            self.ledger_path,
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-            0o600,
-        )
-        try:
-            os.write(fd, msgspec.json.encode(record) + b"\n")
-        finally:
-            os.close(fd)
+        return self._ledger.path
 
     def _ensure_imported(self) -> None:
         if self._imported:
             return
         with self._lock:
             if not self._imported:
-                self._import_workspace()
+                import_workspace(self.store, self.sessions_dir, self._ledger)
                 self._imported = True
-
-    def _import_workspace(self) -> None:
-        """Import every nanobot file in ``sessions/`` not yet in the ledger (replay's importer)."""
-        done, deleted = self._read_ledger()
-        for path in sorted(self.sessions_dir.glob("*.jsonl")):
-            if path.name in done or path.is_symlink() or not path.is_file():
-                continue
-            self._import_file(path, deleted)
-
-    def _import_file(self, path: Path, deleted: set[str]) -> None:
-        key: str | None = None
-        try:
-            parsed = replay.parse_nanobot(path.read_bytes(), str(path))
-        except replay.ForeignFormatError:
-            # No key in the file: nanobot itself falls back to the file name (lossy, but the
-            # only name such a session ever had).
-            key = path.stem.replace("_", ":", 1)
-            try:
-                parsed = replay.parse_nanobot(path.read_bytes(), str(path), key=key)
-            except replay.ForeignFormatError as exc:
-                logger.warning("Not importing %s: %s", path, exc)
-                self._record({"event": "skipped", "file": path.name, "why": str(exc)})
-                return
-        except OSError as exc:
-            logger.warning("Cannot read %s: %s", path, exc)
-            return  # retried on the next start
-        if parsed.key in deleted:
-            self._record(
-                {"event": "skipped", "file": path.name, "key": parsed.key, "why": "deleted"}
-            )
-            return
-        try:
-            report = replay.import_nanobot(self.store, path, key=key)
-        except EventLogError as exc:
-            logger.warning("Failed to import %s: %s", path, exc)
-            return  # retried on the next start
-        for item in report.sessions:
-            if item.bad_lines:
-                logger.warning(
-                    "Skipped %d corrupt lines in session %s (kept in quarantine)",
-                    item.bad_lines,
-                    item.key,
-                )
-            self._record(
-                {
-                    "event": "imported",
-                    "file": path.name,
-                    "key": item.key,
-                    "outcome": item.outcome,
-                    "messages": item.messages,
-                    "bad_lines": item.bad_lines,
-                }
-            )
 
 
 def _metadata_changes(before: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,8 @@ The sessions live in ``<workspace>/sessions/.eventlog/``; nanobot's own ``sessio
 files are imported once, on first access (see :mod:`tools._nanobot_manager`).
 """
 
-from ._nanobot_manager import LEDGER_NAME, STORE_DIRNAME, SessionManager
+from ._nanobot_import import LEDGER_NAME
+from ._nanobot_manager import STORE_DIRNAME, SessionManager
 from ._nanobot_session import FILE_MAX_MESSAGES, Session
 
 __all__ = (
