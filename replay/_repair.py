@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from eventlog import BaseStore, NotALogError, decode_log
 
 from ._verify import _check_decoded
-from ._views import rebuild_catalog, rebuild_snapshot, where
+from ._views import rebuild_snapshot, refresh_catalog, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ def repair(store: BaseStore, key: str) -> RepairReport:
         moved = data.count(b"\n", offset) + (0 if data.endswith(b"\n") else 1)
         kept = decoded.header.seq + (line - 2)
         rebuild_snapshot(store, key)
-        rebuild_catalog(store)
+        refresh_catalog(store)
         return RepairReport(
             key,
             path,

@@ -143,3 +143,12 @@ def rebuild_catalog(store: BaseStore) -> bool:
         return False
     rebuild(store)
     return True
+
+
+def refresh_catalog(store: BaseStore) -> bool:
+    """Bring the catalog up to date (a shortened or replaced log's row is re-read whole)."""
+    refresh: Callable[[BaseStore], Any] | None = getattr(projections, "catalog_rows", None)
+    if refresh is None:
+        return False
+    refresh(store)
+    return True

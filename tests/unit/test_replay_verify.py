@@ -112,3 +112,72 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
     os.rmdir(gone.root)
     with pytest.raises(NotALogError, match="gone"):
         replay.verify(gone)
+
+
+def test_whole_line_truncation_is_caught_through_the_snapshot_and_the_catalog(
+    tmp_path: Path,
+) -> None:
+    import projections
+
+    store = FileStore(tmp_path, durability="none")
+    for key in ("snap", "cat"):
+        with store.session(key) as s:
+            for i in range(300):  # past the snapshot threshold: closing writes a snapshot
+                s.append_message("user", f"m{i}")
+    assert len(projections.list_sessions(store)) == 2  # the catalog now records both heads
+    store.snapshot_path("cat").unlink()  # "cat" is checked through the catalog alone
+    assert replay.verify(store).ok
+    for key, keep in (("snap", 200), ("cat", 299)):
+        path = store.path_for(key)
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes(b"".join(lines[: keep + 1]))  # header + seq 1..keep: still chains
+    report = replay.verify(store)
+    snap, cat = report.session("snap"), report.session("cat")
+    assert snap.truncated and cat.truncated
+    assert any("the snapshot records seq 300" in p.what for p in snap.problems)
+    assert [p.what for p in cat.problems] == [
+        "truncated: the catalog records seq 300, but the log ends at seq 299; "
+        "whole lines are missing"
+    ]
+    # Recover reports the loss once and rebuilds the views from the logs that are left.
+    recovered = replay.recover(store)
+    assert not recovered.ok and recovered.catalog_rebuilt
+    assert "snap" in recovered.snapshots_rebuilt
+    assert replay.verify(store).ok
+
+
+def test_a_rewritten_log_disagrees_with_the_catalog(tmp_path: Path) -> None:
+    import projections
+
+    store = FileStore(tmp_path, durability="none")
+    with store.session("k") as s:
+        s.append_message("user", "original")
+    projections.list_sessions(store)
+    path = store.path_for("k")
+    header = path.read_bytes().splitlines(keepends=True)[0]
+    # Someone rebuilds the log with other content: it chains, from the same header.
+    from eventlog import decode_log
+
+    decoded = decode_log(header)
+    assert decoded.header is not None
+    fake = MessageAppended(
+        seq=1, ts=decoded.header.ts, id="f", message={"role": "user", "content": "forged"}
+    )
+    data, _ = encode_lines([decoded.header, fake], ZERO_HASH)
+    path.write_bytes(data)
+    (problem,) = replay.verify(store).problems
+    assert problem.line == 2 and "the log was rewritten" in problem.what
+
+
+def test_a_corrupt_snapshot_is_reported_and_rebuilt(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, durability="none")
+    with store.session("k") as s:
+        for i in range(300):
+            s.append_message("user", f"m{i}")
+    store.snapshot_path("k").write_bytes(b"garbage")
+    report = replay.verify(store)
+    assert [p.what.split(" (")[0] for p in report.problems] == ["the snapshot is corrupt"]
+    recovered = replay.recover(store)
+    assert recovered.ok and recovered.snapshots_rebuilt == ["k"]
+    assert store.snapshot_status("k").health == "valid"
+    assert replay.verify(store).ok
