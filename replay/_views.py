@@ -78,10 +78,7 @@ def peek_snapshot(store: BaseStore, key: str) -> Recorded | None:
     false alarm there; recover checks digests and rebuilds). None when there is no snapshot, or
     it cannot be read this way (the caller then asks the store for the full status).
     """
-    blob_of: Callable[[str], bytes | None] | None = getattr(store, "snapshot_bytes", None)
-    if blob_of is None:
-        return None
-    blob = blob_of(key)
+    blob = store.snapshot_bytes(key)
     if blob is None:
         return Recorded("snapshot", -1, None, "missing")
     if not blob.startswith(_SNAP_MAGIC) or len(blob) < len(_SNAP_MAGIC) + _SNAP_DIGEST:
@@ -113,12 +110,11 @@ class Views:
         """
         out: list[Recorded] = []
         peeked = None if full else peek_snapshot(self.store, key)
-        status = getattr(self.store, "snapshot_status", None)
         if peeked is not None:
             if peeked.health != "missing":
                 out.append(peeked)
-        elif status is not None:
-            st = status(key)
+        else:
+            st = projections.snapshot_status(self.store, key)
             if st.health != "missing":
                 out.append(Recorded("snapshot", st.seq, None, st.health, st.reason))
         row = self.catalog.get(key)
@@ -128,27 +124,17 @@ class Views:
 
 
 def rebuild_snapshot(store: BaseStore, key: str) -> bool:
-    """Rebuild ``key``'s snapshot from its whole log; False when this store keeps none."""
-    rebuild: Callable[..., Any] | None = getattr(store, "write_snapshot", None)
-    if rebuild is None:
-        return False
-    status = rebuild(key, rebuild=True)
-    return bool(getattr(status, "written", False))
+    """Rebuild ``key``'s snapshot from its whole log; True when one was written."""
+    return projections.rebuild_snapshot(store, key).written
 
 
 def rebuild_catalog(store: BaseStore) -> bool:
-    """Rebuild the session catalog from the logs; False when there is none."""
-    rebuild: Callable[[BaseStore], Any] | None = getattr(projections, "rebuild_catalog", None)
-    if rebuild is None:
-        return False
-    rebuild(store)
+    """Rebuild the session catalog from the logs."""
+    projections.rebuild_catalog(store)
     return True
 
 
 def refresh_catalog(store: BaseStore) -> bool:
     """Bring the catalog up to date (a shortened or replaced log's row is re-read whole)."""
-    refresh: Callable[[BaseStore], Any] | None = getattr(projections, "catalog_rows", None)
-    if refresh is None:
-        return False
-    refresh(store)
+    projections.catalog_rows(store)
     return True
