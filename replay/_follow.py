@@ -102,7 +102,7 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
         self._line = 0
         self._delay = poll
         self._closed = False
-        store.read_tail(key, 0)[0]  # an unknown key fails here, before iteration
+        store.read_tail(key, 1 << 62)  # an unknown key fails here, before iteration (reads nothing)
 
     def read_new(self) -> int:
         """Read what was appended since the last read; return how many events it queued."""
