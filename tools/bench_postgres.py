@@ -29,6 +29,7 @@ from eventlog import (
     ZERO_HASH,
     AsyncPostgresStore,
     Header,
+    LifecycleChanged,
     MessageAppended,
     PostgresStore,
     encode_line,
@@ -150,8 +151,17 @@ def populate(dsn: str, schema: str, sessions: int) -> None:
                     line, h = encode_line(ev, h)
                     evs.append(msgspec.structs.replace(ev, h=h))
                     lines.append(line)
+                if states[i % 3] != "active":  # the log says it, so the catalog may
+                    ev2 = LifecycleChanged(
+                        seq=3,
+                        ts=created + timedelta(seconds=3),
+                        id=os.urandom(16).hex(),
+                        state=states[i % 3],
+                    )
+                    line, h = encode_line(ev2, h)
+                    evs.append(msgspec.structs.replace(ev2, h=h))  # type: ignore[arg-type]
+                    lines.append(line)
                 state = fold(header, evs)
-                state.lifecycle = states[i % 3]
                 values = catalog_values(state)
                 agent, channel, peer = key_parts(key)
                 kb = key.encode()
@@ -170,9 +180,9 @@ def populate(dsn: str, schema: str, sessions: int) -> None:
                         None,
                         values.metadata,
                         values.preview,
-                        2,
+                        len(state.messages),
                         state.live_tokens,
-                        2,
+                        state.total_messages,
                         state.total_tokens,
                         state.lifecycle,
                     )
