@@ -89,6 +89,11 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "CREATE INDEX quarantine_key ON {s}.quarantine (key)",
         ),
     ),
+    (
+        2,
+        "snapshots stored uncompressed (opening reads them whole; pglz costs more than it saves)",
+        ("ALTER TABLE {s}.snapshots ALTER COLUMN data SET STORAGE EXTERNAL",),
+    ),
 )
 
 #: The newest schema version this code knows.

@@ -32,6 +32,7 @@ from eventlog import (
     decode_log,
     verify_chain,
 )
+from eventlog._pg_schema import SCHEMA_VERSION
 from eventlog._postgres import _PgIO
 
 pytestmark = pytest.mark.postgres
@@ -398,7 +399,7 @@ def test_newer_schema_is_refused(make_pg: StoreFactory, dsn: str) -> None:
         )
     with pytest.raises(SchemaVersionError) as info:
         make_pg()
-    assert (info.value.found, info.value.known) == (999, 1)
+    assert (info.value.found, info.value.known) == (999, SCHEMA_VERSION)
 
 
 # -- catalog, snapshots, notifications --------------------------------------------------------
@@ -632,3 +633,17 @@ def test_copy_store_files_to_postgres_and_back(make_pg: StoreFactory, tmp_path: 
     assert not copy_store(keyed, pg).ok  # different hash keys cannot verify
     for store in (files, back, other, keyed):
         store.close()
+
+
+def test_an_older_schema_is_migrated_in_place(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg()
+    _conversation(pg)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # back to version 1
+        conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 1')
+    again = make_pg()
+    with psycopg.connect(dsn) as conn:
+        versions = conn.execute(
+            f'SELECT version FROM "{pg.schema}".schema_version ORDER BY version'
+        ).fetchall()
+    assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
+    assert again.read_bytes("telegram:42") == pg.read_bytes("telegram:42")
