@@ -9,6 +9,9 @@ Invariants:
 - An append is one ``write`` of whole lines; a failed or short write is cut back with
   ``ftruncate`` so no partial line is left for a later append to glue onto.
 - New files get their directory fsynced (unless durability is ``"none"``).
+- Every append, truncate, writer open, create and delete of a log is followed by a bump of the
+  store's change table (``.changes``, see :mod:`eventlog._changes`), which lets a listing stat
+  only the logs whose slot changed; the bump is one store into shared memory.
 """
 
 from __future__ import annotations
@@ -28,8 +31,17 @@ from typing import Any
 
 import msgspec
 
+from ._changes import ChangeTable, ChangeView, slot_of
 from ._errors import LockedError, NotALogError, SessionNotFoundError, StorageError, UnsafePathError
-from ._fileviews import read_from, read_view, remove_file, scan_logs, write_atomic
+from ._fileviews import (
+    list_log_names,
+    read_from,
+    read_view,
+    remove_file,
+    scan_logs,
+    stat_log,
+    write_atomic,
+)
 from ._lifecycle import TrashEntry
 from ._names import key_to_stem, stem_to_key
 from ._store import BaseStore
@@ -109,10 +121,12 @@ def append_private(path: str, data: bytes, *, sync: bool) -> None:
 class _FileIO:
     """One session's log, open for appending with its writer lock held."""
 
-    def __init__(self, path: str, fd: int, size: int) -> None:
+    def __init__(self, path: str, fd: int, size: int, changes: ChangeTable | None = None) -> None:
         self.name = path
         self._fd = fd
         self._size = size
+        self._changes = changes
+        self._slot = slot_of(os.path.basename(path))
 
     def append(self, data: bytes) -> None:
         view = memoryview(data)
@@ -126,6 +140,8 @@ class _FileIO:
             self._cut_back(exc)
             raise StorageError(self.name, "append", os.strerror(exc.errno or errno.EIO)) from exc
         self._size += len(data)
+        if self._changes is not None:
+            self._changes.bump(self._slot)
 
     def _cut_back(self, cause: OSError) -> None:
         try:
@@ -134,6 +150,9 @@ class _FileIO:
             raise StorageError(
                 self.name, "append", f"{cause}; and cutting back the partial line failed: {exc}"
             ) from exc
+        finally:
+            if self._changes is not None:
+                self._changes.bump(self._slot)
 
     def sync(self) -> None:
         try:
@@ -146,6 +165,9 @@ class _FileIO:
             os.ftruncate(self._fd, size)
         except OSError as exc:
             raise StorageError(self.name, "truncate", os.strerror(exc.errno or errno.EIO)) from exc
+        finally:
+            if self._changes is not None:
+                self._changes.bump(self._slot)
         self._size = size
 
     def size(self) -> int:
@@ -198,6 +220,7 @@ class FileStore(BaseStore):
         self.root = Path(root).expanduser()
         self.lock_timeout = lock_timeout
         self._ensure_root()
+        self._changes = ChangeTable(str(self.root))
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r}, durability={self.durability!r})"
@@ -270,7 +293,9 @@ class FileStore(BaseStore):
             except BaseException:
                 os.close(fd)
                 raise
-            return _Raw(_FileIO(path, fd, len(data)), data, created)
+            # Every writer open bumps: a line a crashed writer wrote but never announced shows.
+            self._changes.bump(slot_of(os.path.basename(path)), membership=created)
+            return _Raw(_FileIO(path, fd, len(data), self._changes), data, created)
 
     def _lock(self, fd: int, key: str, path: str, deadline: float) -> None:
         delay = 0.001
@@ -400,6 +425,7 @@ class FileStore(BaseStore):
             if self.durability != "none":
                 fsync_dir(str(self.root))
         finally:
+            self._changes.bump(slot_of(self.path_for(key).name), membership=True)
             raw.io.close()
         return True
 
@@ -413,12 +439,16 @@ class FileStore(BaseStore):
             files = [self.path_for(key), self.snapshot_path(key), self.quarantine_path(key)]
             return move_to_trash(self.root, key, files, entry_id, reason, when)
         finally:
+            self._changes.bump(slot_of(self.path_for(key).name), membership=True)
             raw.io.close()
 
     def _untrash(self, entry: TrashEntry) -> None:
         from ._filetrash import restore_entry
 
-        restore_entry(self.root, entry)
+        try:
+            restore_entry(self.root, entry)
+        finally:
+            self._changes.bump(slot_of(self.path_for(entry.key).name), membership=True)
 
     def _purge(self, entry: TrashEntry) -> None:
         from ._filetrash import purge_entry
@@ -454,6 +484,18 @@ class FileStore(BaseStore):
     def scan_logs(self) -> list[LogStat]:
         """Every log file (name, size, inode, mtime) from one directory scan."""
         return scan_logs(str(self.root), LOG_SUFFIX)
+
+    def log_names(self) -> list[str]:
+        """Every log file's name, from one directory scan without a stat per file."""
+        return list_log_names(str(self.root), LOG_SUFFIX)
+
+    def stat_log(self, name: str) -> LogStat | None:
+        """One log file's size, inode and mtime (None: absent or not a regular file)."""
+        return stat_log(str(self.root), name)
+
+    def read_changes(self) -> ChangeView | None:
+        """A copy of the store's change table (None: none can be kept here)."""
+        return self._changes.read()
 
     def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
         """A log file named by :meth:`scan_logs`: its length and bytes from ``offset`` on."""

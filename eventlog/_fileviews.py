@@ -1,4 +1,4 @@
-"""File-store side of the derived views: atomic private files, one-scan log listing, tail reads.
+"""File-store side of the derived views: atomic private files, log listing and stats, tail reads.
 
 Invariants:
 - A view file is written whole to a temporary name starting with ``.`` (a name
@@ -96,3 +96,29 @@ def scan_logs(directory: str, suffix: str) -> list[LogStat]:
             if stat.S_ISREG(st.st_mode):
                 append(LogStat(name, st.st_size, st.st_ino, st.st_mtime_ns))
     return out
+
+
+def list_log_names(directory: str, suffix: str) -> list[str]:
+    """The names :func:`scan_logs` would list, without a stat per file where the OS says the type.
+
+    An entry whose type the directory does not record is stat-ed (``is_file`` does it).
+    """
+    with os.scandir(directory) as entries:
+        return [
+            entry.name
+            for entry in entries
+            if entry.name.endswith(suffix)
+            and entry.name[0] != "."
+            and entry.is_file(follow_symlinks=False)
+        ]
+
+
+def stat_log(directory: str, name: str) -> LogStat | None:
+    """One regular file's :class:`LogStat` (None if absent, a symlink or not a regular file)."""
+    try:
+        st = os.stat(os.path.join(directory, name), follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return LogStat(name, st.st_size, st.st_ino, st.st_mtime_ns)

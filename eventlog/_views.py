@@ -2,7 +2,8 @@
 
 A backend overrides the storage hooks (:meth:`ViewStorage.snapshot_bytes`,
 :meth:`~ViewStorage.put_snapshot`, :meth:`~ViewStorage.catalog_bytes`,
-:meth:`~ViewStorage.put_catalog`, :meth:`~ViewStorage.scan_logs`, :meth:`~ViewStorage.read_log`);
+:meth:`~ViewStorage.put_catalog`, :meth:`~ViewStorage.scan_logs`, :meth:`~ViewStorage.read_log`,
+:meth:`~ViewStorage.log_names`, :meth:`~ViewStorage.stat_log`, :meth:`~ViewStorage.read_changes`);
 the defaults keep nothing and scan through the public API, which is always correct, only slower.
 
 Invariants:
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ._changes import ChangeView, slot_of
 from ._codec import Decoded
 from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
 from ._fold import SessionState, fold
@@ -134,6 +136,28 @@ class ViewStorage(abc.ABC):
             return self.read_tail(name, offset)
         except SessionNotFoundError:
             return None
+
+    def log_names(self) -> list[str]:
+        """The names :meth:`scan_logs` gives (a backend may list them without a stat each)."""
+        return [st.name for st in self.scan_logs()]
+
+    def stat_log(self, name: str) -> LogStat | None:
+        """One log as :meth:`scan_logs` would see it (None: there is no such log)."""
+        got = self.read_log(name, 1 << 62)
+        return None if got is None else LogStat(name, got[0], 0, 0)
+
+    def read_changes(self) -> ChangeView | None:
+        """A copy of the store's change table (see :mod:`eventlog._changes`); None: none kept.
+
+        Without one, a catalog refresh stats every log; with one, only the logs in slots whose
+        stamp changed since its saved copy (and the directory only when membership changed).
+        """
+        return None
+
+    @staticmethod
+    def log_slot(name: str) -> int:
+        """The change-table slot of a log named as :meth:`scan_logs` names it."""
+        return slot_of(name)
 
     # -- snapshots -------------------------------------------------------------------------------
 

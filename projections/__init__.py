@@ -3,6 +3,7 @@
 from ._catalog import (
     CatalogFilter,
     CatalogQuery,
+    catalog_heads,
     catalog_rows,
     list_sessions,
     rebuild_catalog,
@@ -53,6 +54,7 @@ __all__ = (
     "StoreStats",
     "TrimPlan",
     "apply_plan",
+    "catalog_heads",
     "catalog_rows",
     "content_text",
     "context_start",

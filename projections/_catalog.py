@@ -3,12 +3,21 @@
 Invariants:
 - The catalog is derived: the store keeps it as one view file (``.catalog`` in a file store's
   root: a name no log can have), and deleting it loses nothing; the next listing rebuilds it.
-- Each row remembers its log's size, identity (inode) and mtime, and the byte offset, seq and
-  hash it read up to. A listing scans the store once; a log whose size, identity and mtime are
-  unchanged is not read. One that grew is read from the row's offset only, and only if its first
-  new line chains from the row's hash; one that shrank, was replaced, or does not chain is read
-  whole. So appends by other processes are seen at the next listing.
-- Listing order is newest-updated first (ties by key); rows are stored in that order.
+- Each entry remembers its log's size, identity (inode) and mtime, and the byte offset, seq and
+  hash its row was read up to. A log whose size, identity and mtime are unchanged is not read;
+  one that grew is read from the row's offset only, and only if its first new line chains from
+  the row's hash; one that shrank, was replaced, or does not chain is read whole.
+- Which logs are stat-ed: every one (one directory scan) when the store keeps no change table,
+  when the table is unknown to the catalog or not yet settled, and when the last full scan is
+  older than :data:`FULL_SCAN_NS`; otherwise only the logs in table slots whose stamp differs
+  from the copy the catalog saved (and the directory's names only when the membership stamp
+  differs). The copy is read BEFORE any stat, so an append (or create, or delete) that returned
+  before a listing started is seen by it (the rules are in ``eventlog._changes``).
+- Rows are kept in listing order, newest-updated first (ties by key), so a listing sorts nothing
+  and a filtered, limited one stops early. A process keeps its last catalog in memory (per store
+  object) and rewrites the file after a full scan, a membership change, or :data:`SAVE_AFTER`
+  changed entries: the file is always a consistent (table copy, rows) pair, at worst older, and
+  a fresh process redoes the difference.
 - A store that answers catalog queries itself (PostgreSQL: a table kept in the same
   transaction as each append) implements :class:`CatalogQuery`, and :func:`list_sessions`
   hands it the :class:`CatalogFilter` instead.
@@ -16,34 +25,30 @@ Invariants:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from itertools import islice
+from operator import attrgetter
 from typing import Final, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from eventlog import (
-    FORMAT_NAME,
-    ZERO_HASH,
-    BaseStore,
-    CorruptLogError,
-    EventLogError,
-    Header,
-    InvalidEventError,
-    LogStat,
-    SessionNotFoundError,
-    chain_hash,
-    initial_state,
-    split_hash,
-)
+from eventlog import BaseStore, InvalidEventError, LogStat
 
-from ._catalog_row import Row, SessionInfo, advance, chains_from, last_hash, row_from_state
+from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_catalog, replace_rows
+from ._catalog_log import read_entry
+from ._catalog_row import SessionInfo
 from ._pg_catalog import CatalogRecords, infos_from_records
-from ._session_id import SessionID
 
-CATALOG_FORMAT: Final = "sessionlog-catalog"
-CATALOG_VERSION: Final = 1
 Order = Literal["updated", "created", "key"]
 ORDERS: Final = ("updated", "created", "key")
+#: Entries changed since the stored file after which a listing rewrites it.
+SAVE_AFTER: Final = 32
+#: A listing stats every log when the catalog's last full scan is older than this (ns).
+FULL_SCAN_NS: Final = 300 * 1_000_000_000
 
 
 class CatalogFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,26 +74,6 @@ class CatalogQuery(Protocol):
     def query_catalog(self, filter: CatalogFilter) -> list[SessionInfo]:
         """The rows ``filter`` selects, in its order, limit and offset applied."""
         ...
-
-
-class _Entry(msgspec.Struct, array_like=True, gc=False):
-    name: str
-    size: int
-    ino: int
-    mtime_ns: int
-    #: None: the file is not a readable log of this store (its header is bad or misplaced).
-    row: Row | None
-
-
-class _CatalogFile(msgspec.Struct, kw_only=True):
-    format: str = CATALOG_FORMAT
-    version: int = CATALOG_VERSION
-    entries: list[_Entry] = []
-
-
-_encode = msgspec.msgpack.Encoder().encode
-_decode_file = msgspec.msgpack.Decoder(_CatalogFile).decode
-_decode_header = msgspec.json.Decoder(Header).decode
 
 
 def list_sessions(
@@ -132,175 +117,218 @@ def list_sessions(
         return infos_from_records(store.query_catalog_records(query))
     if isinstance(store, CatalogQuery):
         return store.query_catalog(query)
-    return select(catalog_rows(store), query)
+    return select(_refresh(store, rebuild=False).rows, query)
 
 
 def catalog_rows(store: BaseStore) -> list[SessionInfo]:
     """Every session's row, newest-updated first, after bringing the catalog up to date."""
-    return [entry.row.info for entry in _refresh(store, rebuild=False) if entry.row is not None]
+    return list(_refresh(store, rebuild=False).rows)
 
 
 def rebuild_catalog(store: BaseStore) -> int:
     """Rebuild the catalog from the logs alone (what ``replay.recover`` runs); return its rows."""
-    return sum(1 for entry in _refresh(store, rebuild=True) if entry.row is not None)
+    return len(_refresh(store, rebuild=True).rows)
+
+
+def catalog_heads(store: BaseStore) -> dict[str, tuple[int, str]]:
+    """key -> (seq, head) of every row of the STORED catalog, as stored (nothing refreshed)."""
+    return {r.key: (r.seq, r.head) for r in decode_rows(store.catalog_bytes()) if r.head}
+
+
+# -- selecting ------------------------------------------------------------------------------------
+
+_by_key = attrgetter("key")
+_by_created = attrgetter("created_at")
 
 
 def select(rows: list[SessionInfo], query: CatalogFilter) -> list[SessionInfo]:
-    """Apply a filter, order, offset and limit to rows given newest-updated first (pure)."""
-    out = rows
+    """Apply a filter, order, offset and limit to rows given newest-updated first (pure).
+
+    In the default order the rows are not sorted again, and a limited selection stops at its
+    last row.
+    """
+    out: Iterable[SessionInfo] = rows
+    for test in _tests(query):
+        out = filter(test, out)
+    end = None if query.limit is None else query.offset + query.limit
+    if query.order == "updated":
+        return list(islice(out, query.offset, end))
+    chosen = sorted(out, key=_by_key)
+    if query.order == "created":
+        chosen.sort(key=_by_created, reverse=True)
+    return chosen[query.offset : end]
+
+
+def _tests(query: CatalogFilter) -> list[Callable[[SessionInfo], bool]]:
+    tests: list[Callable[[SessionInfo], bool]] = []
     if query.prefix:
-        out = [r for r in out if r.key.startswith(query.prefix)]
+        prefix = query.prefix
+        tests.append(lambda r: r.key.startswith(prefix))
     if query.state is not None:
-        out = [r for r in out if r.state == query.state]
+        wanted = query.state
+        tests.append(lambda r: r.state == wanted)
     if query.created_after is not None:
         after = query.created_after
-        out = [r for r in out if r.created_at > after]
+        tests.append(lambda r: r.created_at > after)
     if query.created_before is not None:
         before = query.created_before
-        out = [r for r in out if r.created_at < before]
+        tests.append(lambda r: r.created_at < before)
     if query.agent is not None or query.channel is not None or query.peer is not None:
-        out = [r for r in out if _parts_match(r.key, query)]
-    if query.order == "created":
-        out = sorted(out, key=lambda r: r.key)
-        out.sort(key=lambda r: r.created_at, reverse=True)
-    elif query.order == "key":
-        out = sorted(out, key=lambda r: r.key)
-    end = None if query.limit is None else query.offset + query.limit
-    if query.offset or end is not None:
-        out = out[query.offset : end]
-    return out if out is not rows else list(out)
+        agent, channel, peer = query.agent, query.channel, query.peer
+        tests.append(lambda r: _parts_match(r.key, agent, channel, peer))
+    return tests
 
 
-def _parts_match(key: str, query: CatalogFilter) -> bool:
-    sid = SessionID.from_key(key)
-    if sid is None:
+def _parts_match(key: str, agent: str | None, channel: str | None, peer: str | None) -> bool:
+    """Whether a key's parts match, read as :meth:`SessionID.from_key` reads them."""
+    parts = key.split(":", 3)
+    if len(parts) < 2 or not all(parts):
         return False
+    if len(parts) == 2:
+        parts = ["", *parts]
     return (
-        (query.agent is None or sid.agent == query.agent)
-        and (query.channel is None or sid.channel == query.channel)
-        and (query.peer is None or sid.peer == query.peer)
+        (agent is None or parts[0] == agent)
+        and (channel is None or parts[1] == channel)
+        and (peer is None or parts[2] == peer)
     )
 
 
-# -- keeping the stored catalog current ----------------------------------------------------------
+# -- keeping the catalog current ------------------------------------------------------------------
 
 
-def _load_entries(store: BaseStore) -> list[_Entry]:
-    blob = store.catalog_bytes()
-    if not blob:
-        return []
-    try:
-        stored = _decode_file(blob)
-    except msgspec.DecodeError:
-        return []
-    if stored.format != CATALOG_FORMAT or stored.version != CATALOG_VERSION:
-        return []
-    return stored.entries
+class _Cache:
+    __slots__ = ("catalog", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.catalog: Catalog | None = None
 
 
-def _refresh(store: BaseStore, *, rebuild: bool) -> list[_Entry]:
-    old = [] if rebuild else _load_entries(store)
-    by_name = {entry.name: entry for entry in old}
-    stats = store.scan_logs()
-    fresh: list[_Entry] = []
-    dirty = rebuild or len(stats) != len(old)
-    for st in stats:
-        entry = by_name.get(st.name)
-        if (
-            entry is not None
-            and entry.size == st.size
-            and entry.ino == st.ino
-            and entry.mtime_ns == st.mtime_ns
+_caches: weakref.WeakKeyDictionary[BaseStore, _Cache] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def _cache_of(store: BaseStore) -> _Cache:
+    with _caches_lock:
+        cache = _caches.get(store)
+        if cache is None:
+            cache = _caches[store] = _Cache()
+        return cache
+
+
+def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
+    cache = _cache_of(store)
+    with cache.lock:
+        now = time.time_ns()
+        table = store.read_changes()  # copied BEFORE any stat: see the module rules
+        old = None if rebuild else cache.catalog or decode_catalog(store.catalog_bytes())
+        cat = Catalog() if old is None else old
+        full = True
+        if old is None:
+            changed = _scan_all(store, cat, fresh=True)
+        elif (
+            table is not None
+            and cat.table_id == table.ident
+            and table.settled_ns <= cat.saved_at <= now
+            and now - cat.full_at < FULL_SCAN_NS
         ):
-            fresh.append(entry)
-            continue
-        dirty = True
-        updated = _update(store, st, entry)
-        if updated is not None:
-            fresh.append(updated)
-    if not dirty:
-        return old  # the same entries, already in listing order
-    fresh.sort(key=_sort_key)
-    fresh.sort(key=_updated_key, reverse=True)
-    store.put_catalog(_encode(_CatalogFile(entries=fresh)))
-    return fresh
+            changed = _scan_changed(store, cat, table.changed_since(cat.slots), table.membership)
+            full = False
+        else:
+            changed = _scan_all(store, cat, fresh=False)
+        cat.pending += changed
+        if table is None:
+            cat.table_id, cat.slots, cat.membership = b"", b"", 0
+            if old is None:
+                cat.pending = SAVE_AFTER
+        else:
+            if full or cat.membership != table.membership:
+                cat.pending = SAVE_AFTER
+            cat.table_id, cat.slots, cat.membership = table.ident, table.slots, table.membership
+        cat.saved_at = now
+        if full:
+            cat.full_at = now
+        cache.catalog = cat
+        if cat.pending >= SAVE_AFTER:
+            store.put_catalog(encode_catalog(cat))
+            cat.pending = 0
+        return cat
 
 
-def _sort_key(entry: _Entry) -> str:
-    return entry.row.info.key if entry.row is not None else ""
+def _scan_all(store: BaseStore, cat: Catalog, *, fresh: bool) -> int:
+    """Stat every log (one scan); bring the changed ones up to date. Returns how many changed."""
+    known = {} if fresh else cat.entries()
+    todo: list[tuple[LogStat, Entry | None]] = []
+    for st in store.scan_logs():
+        entry = known.pop(st.name, None)
+        if entry is None or not _same(entry, st):
+            todo.append((st, entry))
+    return _apply(store, cat, todo, list(known.values()))
 
 
-_OLDEST: Final = datetime.min.replace(tzinfo=UTC)
+def _scan_changed(store: BaseStore, cat: Catalog, slots: list[int], membership: int) -> int:
+    """Stat only the logs of changed slots (and list the directory if membership changed)."""
+    todo: list[tuple[LogStat, Entry | None]] = []
+    gone: list[Entry] = []
+    seen: set[str] = set()
+    if membership != cat.membership:
+        names = set(store.log_names())
+        known = cat.entries()
+        gone = [entry for name, entry in known.items() if name not in names]
+        seen = {entry.name for entry in gone}
+        for name in names.difference(known):
+            st = store.stat_log(name)
+            if st is not None:
+                todo.append((st, None))
+    for slot in slots:
+        for entry in cat.bucket(slot):
+            if entry.name in seen:
+                continue
+            st = store.stat_log(entry.name)
+            if st is None:
+                gone.append(entry)
+            elif not _same(entry, st):
+                todo.append((st, entry))
+    return _apply(store, cat, todo, gone)
 
 
-def _updated_key(entry: _Entry) -> datetime:
-    return entry.row.info.updated_at if entry.row is not None else _OLDEST
+def _same(entry: Entry, st: LogStat) -> bool:
+    return entry.size == st.size and entry.ino == st.ino and entry.mtime_ns == st.mtime_ns
 
 
-def _update(store: BaseStore, st: LogStat, entry: _Entry | None) -> _Entry | None:
-    row = entry.row if entry is not None and entry.ino == st.ino else None
-    if row is not None and st.size >= row.offset:
-        got = store.read_log(st.name, row.offset)
+def _apply(
+    store: BaseStore, cat: Catalog, todo: list[tuple[LogStat, Entry | None]], gone: list[Entry]
+) -> int:
+    """Read what changed, then update the catalog's entries and rows in one step."""
+    if not todo and not gone:
+        return 0
+    old_keys = {e.key for _, e in todo if e is not None and e.key is not None}
+    old_keys.update(e.key for e in gone if e.key is not None)
+    infos = {r.key: r for r in cat.rows if r.key in old_keys} if old_keys else {}
+    fresh: list[Entry] = []
+    rows: list[SessionInfo] = []
+    for st, entry in todo:
+        old_row = None
+        if entry is not None and entry.key in infos and entry.ino == st.ino:
+            old_row = entry.row(infos[entry.key])
+        got = read_entry(store, st, old_row)
         if got is None:
-            return None
-        data = got[1]
-        if chains_from(data, row.info.head, store.hash_key):
-            head = last_hash(data)
-            new = row if head is None else advance(row, data, row.offset, head)
-            if new is not None:
-                return _Entry(st.name, st.size, st.ino, st.mtime_ns, new)
-    return _read_whole(store, st)
-
-
-def _read_whole(store: BaseStore, st: LogStat) -> _Entry | None:
-    got = store.read_log(st.name, 0)
-    if got is None:
-        return None
-    data = got[1]
-    header = _header_of(store, st.name, data)
-    if header is None:
-        return _Entry(st.name, st.size, st.ino, st.mtime_ns, None)
-    start = data.find(b"\n") + 1
-    row: Row | None = row_from_state(initial_state(header), start)
-    head = last_hash(data[start:])
-    if head is not None and row is not None:
-        row = advance(row, data[start:], start, head)
-    if row is None:
-        row = _folded_row(store, header.key)
-        if row is None:
-            return None
-    return _Entry(st.name, st.size, st.ino, st.mtime_ns, row)
-
-
-def _header_of(store: BaseStore, name: str, data: bytes) -> Header | None:
-    """The log's header if its first line is a valid one for a log stored under ``name``."""
-    end = data.find(b"\n")
-    parts = split_hash(data[:end]) if end > 0 else None
-    if parts is None or chain_hash(ZERO_HASH, parts[0], store.hash_key) != parts[1]:
-        return None
-    try:
-        header = _decode_header(data[:end])
-    except msgspec.DecodeError:
-        return None
-    if header.format != FORMAT_NAME or _name_for(store, header.key) != name:
-        return None
-    return header
-
-
-def _name_for(store: BaseStore, key: str) -> str:
-    path_for = getattr(store, "path_for", None)
-    return key if path_for is None else str(path_for(key).name)
-
-
-def _folded_row(store: BaseStore, key: str) -> Row | None:
-    """Fold the session (from its snapshot when it has one): for lines a row cannot follow."""
-    try:
-        try:
-            loaded = store.load(key)
-        except CorruptLogError:
-            loaded = store.load(key, prefix=True)
-    except SessionNotFoundError:
-        return None
-    except EventLogError:
-        return None
-    return row_from_state(loaded.state, loaded.valid_length)
+            if entry is not None:
+                gone.append(entry)
+            continue
+        new_entry, info = got
+        fresh.append(new_entry)
+        if info is not None:
+            rows.append(info)
+    # Everything is read: now change the catalog (an error above leaves it as it was).
+    dropped = {e.name for e in gone}
+    dropped.update(e.name for _, e in todo if e is not None)
+    slots = {store.log_slot(name) for name in dropped}
+    slots.update(store.log_slot(e.name) for e in fresh)
+    for slot in slots:
+        cat.buckets[slot] = [e for e in cat.bucket(slot) if e.name not in dropped]
+    for e in fresh:
+        bucket = cat.bucket(store.log_slot(e.name))
+        bucket.append(e)
+    cat.rows = replace_rows(cat.rows, old_keys, rows)
+    return len(todo) + len(gone)

@@ -20,6 +20,7 @@ from pathlib import Path
 from eventlog import ZERO_HASH, FileStore, Header, MessageAppended, encode_line, estimate_tokens
 from projections import history, list_sessions, write_snapshot
 
+_SETTLE_S = 1.1
 TEXT = "Could you look into the deployment logs and tell me what went wrong overnight? "
 
 
@@ -74,13 +75,18 @@ def bench_catalog(base: Path, sessions: int, runs: int) -> None:
 
     def rebuild() -> None:
         catalog.unlink(missing_ok=True)
-        list_sessions(store)
+        list_sessions(FileStore(root, durability="none"))  # a new object: nothing in memory
 
     cold = timed(rebuild, 3)
     rows = list_sessions(store)
     assert len(rows) == sessions, len(rows)
+    # The change table is trusted only once it is SETTLE old (see eventlog/_changes.py): a
+    # long-lived store is past that; wait here so the figures are the steady state's.
+    time.sleep(_SETTLE_S)
+    list_sessions(store)
     current = timed(lambda: list_sessions(store), runs)
     limited = timed(lambda: list_sessions(store, channel="telegram", limit=20), runs)
+    fresh = timed(lambda: list_sessions(FileStore(root, durability="none")), runs)
     writer = store.session("bot:telegram:7")
 
     def append_then_list() -> None:
@@ -90,6 +96,7 @@ def bench_catalog(base: Path, sessions: int, runs: int) -> None:
     after_append = timed(append_then_list, runs)
     writer.close()
     print(f"  list {sessions:>6}: current {current:7.2f} ms | filtered+limit 20 {limited:7.2f} ms")
+    print(f"               new store object (reads .catalog) {fresh:7.2f} ms")
     print(f"               one session appended {after_append:7.2f} ms | rebuilt {cold:8.1f} ms")
 
 

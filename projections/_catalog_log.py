@@ -1,0 +1,114 @@
+"""Reading one log for the catalog: its tail since the row, or the whole log.
+
+Invariants:
+- A row is advanced over the new bytes only when the log is the same file (same identity), has
+  not shrunk below the row's offset, and its first new line chains from the row's head (hash
+  recomputed); otherwise the log is read whole, and a log whose lines a row cannot follow is
+  folded (from its snapshot when it has one).
+- A file whose first line is not a valid header naming a key stored under that file's name is
+  not a log of this store: it gets an entry with no row (so it is not read again unchanged).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from eventlog import (
+    FORMAT_NAME,
+    ZERO_HASH,
+    BaseStore,
+    CorruptLogError,
+    EventLogError,
+    Header,
+    LogStat,
+    SessionNotFoundError,
+    chain_hash,
+    initial_state,
+    split_hash,
+)
+
+from ._catalog_file import Entry, entry_of
+from ._catalog_row import Row, SessionInfo, advance, chains_from, last_hash, row_from_state
+
+_decode_header = msgspec.json.Decoder(Header).decode
+
+
+def read_entry(
+    store: BaseStore, st: LogStat, row: Row | None
+) -> tuple[Entry, SessionInfo | None] | None:
+    """The entry and row of a changed log, from ``row`` (its last row) when it still applies.
+
+    Pass ``row`` only when the log is the file it was read from (same identity). None: the log
+    is gone (or cannot be read as one).
+    """
+    new = _advance(store, st, row) if row is not None else None
+    if new is None:
+        return _read_whole(store, st)
+    return entry_of(st.name, st.size, st.ino, st.mtime_ns, new), new.info
+
+
+def _advance(store: BaseStore, st: LogStat, row: Row) -> Row | None:
+    if st.size < row.offset:
+        return None
+    got = store.read_log(st.name, row.offset)
+    if got is None:
+        return None
+    data = got[1]
+    if not chains_from(data, row.info.head, store.hash_key):
+        return None
+    head = last_hash(data)
+    return row if head is None else advance(row, data, row.offset, head)
+
+
+def _read_whole(store: BaseStore, st: LogStat) -> tuple[Entry, SessionInfo | None] | None:
+    got = store.read_log(st.name, 0)
+    if got is None:
+        return None
+    data = got[1]
+    header = _header_of(store, st.name, data)
+    if header is None:
+        return entry_of(st.name, st.size, st.ino, st.mtime_ns, None), None
+    start = data.find(b"\n") + 1
+    row: Row | None = row_from_state(initial_state(header), start)
+    head = last_hash(data[start:])
+    if head is not None and row is not None:
+        row = advance(row, data[start:], start, head)
+    if row is None:
+        row = _folded_row(store, header.key)
+        if row is None:
+            return None
+    return entry_of(st.name, st.size, st.ino, st.mtime_ns, row), row.info
+
+
+def _header_of(store: BaseStore, name: str, data: bytes) -> Header | None:
+    """The log's header if its first line is a valid one for a log stored under ``name``."""
+    end = data.find(b"\n")
+    parts = split_hash(data[:end]) if end > 0 else None
+    if parts is None or chain_hash(ZERO_HASH, parts[0], store.hash_key) != parts[1]:
+        return None
+    try:
+        header = _decode_header(data[:end])
+    except msgspec.DecodeError:
+        return None
+    if header.format != FORMAT_NAME or _name_for(store, header.key) != name:
+        return None
+    return header
+
+
+def _name_for(store: BaseStore, key: str) -> str:
+    path_for = getattr(store, "path_for", None)
+    return key if path_for is None else str(path_for(key).name)
+
+
+def _folded_row(store: BaseStore, key: str) -> Row | None:
+    """Fold the session (from its snapshot when it has one): for lines a row cannot follow."""
+    try:
+        try:
+            loaded = store.load(key)
+        except CorruptLogError:
+            loaded = store.load(key, prefix=True)
+    except SessionNotFoundError:
+        return None
+    except EventLogError:
+        return None
+    return row_from_state(loaded.state, loaded.valid_length)
