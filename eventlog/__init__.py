@@ -78,8 +78,9 @@ from ._lifecycle import CleanupReport, EndHook, TrashEntry, workspace_key, works
 from ._memstore import MemoryStore
 from ._names import key_to_stem, stem_to_key
 from ._pg_common import CatalogRecord
+from ._pg_io import CommitUnknownError
 from ._pg_schema import SchemaVersionError
-from ._postgres import CommitUnknownError, PostgresStore
+from ._postgres import PostgresStore
 from ._postgres_async import AsyncPostgresStore
 from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
 from ._views import LogStat, SnapshotStatus, ViewStorage

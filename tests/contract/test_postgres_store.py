@@ -32,8 +32,8 @@ from eventlog import (
     decode_log,
     verify_chain,
 )
+from eventlog._pg_io import _PgIO
 from eventlog._pg_schema import SCHEMA_VERSION
-from eventlog._postgres import _PgIO
 
 pytestmark = pytest.mark.postgres
 
