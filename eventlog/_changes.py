@@ -58,6 +58,7 @@ _SLOTS_START: Final = _HEADER_WORDS * 8
 CHECK_INTERVAL: Final = 0.25
 #: A reader trusts a table through copies saved at least this long after its creation.
 SETTLE_NS: Final = 1_000_000_000
+_FUTURE_NS: Final = 60 * 1_000_000_000
 _OPEN_FLAGS: Final = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
 _CREATE_FLAGS: Final = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -141,7 +142,7 @@ _tables: weakref.WeakSet[ChangeTable] = weakref.WeakSet()
 
 def _reseed_after_fork() -> None:
     for table in list(_tables):
-        table._reseed()
+        table._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -166,6 +167,10 @@ class ChangeTable:
 
     def _reseed(self) -> None:
         self._stamps = itertools.count(int.from_bytes(os.urandom(8), "little") >> 1)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._reseed()
 
     # -- writers ---------------------------------------------------------------------------
 
@@ -192,10 +197,22 @@ class ChangeTable:
     # -- readers ---------------------------------------------------------------------------
 
     def read(self) -> ChangeView | None:
-        """A copy of the current table (None: there is none and it cannot be made)."""
+        """A copy of the current table (None: there is none and it cannot be made).
+
+        A table created in the future (the clock went back) would never settle: it is replaced.
+        """
         self._ensure(create=True)
         table = self._map
-        return None if table is None else view_of(table)
+        if table is None:
+            return None
+        view = view_of(table)
+        if view.created_ns > time.time_ns() + _FUTURE_NS:
+            with contextlib.suppress(OSError):
+                self._replace_corrupt()
+            self._ensure(create=True)
+            table = self._map
+            return None if table is None else view_of(table)
+        return view
 
     # -- the mapping -----------------------------------------------------------------------
 

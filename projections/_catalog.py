@@ -25,6 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -210,10 +211,25 @@ _caches_lock = threading.Lock()
 
 def _cache_of(store: BaseStore) -> _Cache:
     with _caches_lock:
-        cache = _caches.get(store)
-        if cache is None:
-            cache = _caches[store] = _Cache()
+        try:
+            cache = _caches.get(store)
+            if cache is None:
+                cache = _caches[store] = _Cache()
+        except TypeError:  # a store that cannot be a weak key: keep nothing in memory
+            cache = _Cache()
         return cache
+
+
+def _forget_after_fork() -> None:
+    # A lock another thread held at the fork would never be released in the child.
+    global _caches_lock
+    _caches_lock = threading.Lock()
+    for cache in list(_caches.values()):
+        cache.lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
@@ -250,8 +266,12 @@ def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
             cat.full_at = now
         cache.catalog = cat
         if cat.pending >= SAVE_AFTER:
-            store.put_catalog(encode_catalog(cat))
-            cat.pending = 0
+            try:
+                store.put_catalog(encode_catalog(cat))
+            except OSError:
+                pass  # a read-only store: the catalog is derived, the listing stands
+            else:
+                cat.pending = 0
         return cat
 
 

@@ -6,17 +6,22 @@ import os
 import random
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
 from projections import (
     CatalogFilter,
+    SessionID,
     SessionInfo,
+    catalog_heads,
     list_sessions,
     rebuild_catalog,
+    select,
     session_preview,
 )
 
@@ -326,3 +331,106 @@ def test_a_store_with_its_own_catalog_query_gets_the_filter() -> None:
 
     assert list_sessions(Queried(), channel="c", limit=3, order="key") == []
     assert seen == [CatalogFilter(channel="c", limit=3, order="key")]
+
+
+def reference_select(rows: list[SessionInfo], q: CatalogFilter) -> list[SessionInfo]:
+    """The filter, order and slice spelled out plainly (what select must agree with)."""
+    out = []
+    for r in rows:
+        sid = SessionID.from_key(r.key)
+        if q.prefix and not r.key.startswith(q.prefix):
+            continue
+        if q.state is not None and r.state != q.state:
+            continue
+        if q.created_after is not None and not r.created_at > q.created_after:
+            continue
+        if q.created_before is not None and not r.created_at < q.created_before:
+            continue
+        if q.agent is not None or q.channel is not None or q.peer is not None:
+            if sid is None:
+                continue
+            if q.agent is not None and sid.agent != q.agent:
+                continue
+            if q.channel is not None and sid.channel != q.channel:
+                continue
+            if q.peer is not None and sid.peer != q.peer:
+                continue
+        out.append(r)
+    if q.order == "key":
+        out.sort(key=lambda r: r.key)
+    elif q.order == "created":
+        out.sort(key=lambda r: (-r.created_at.timestamp(), r.key))
+    end = None if q.limit is None else q.offset + q.limit
+    return out[q.offset : end]
+
+
+_part = st.sampled_from(["", "a", "b", "a:b"])
+_keys = st.builds(lambda *p: ":".join(p), _part, _part, _part).filter(bool)
+_when = st.integers(0, 5).map(lambda d: datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=d))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(
+        st.builds(
+            lambda key, c, u, s: SessionInfo(key=key, created_at=c, updated_at=u, state=s),
+            _keys,
+            _when,
+            _when,
+            st.sampled_from(["active", "idle"]),
+        ),
+        max_size=12,
+        unique_by=lambda r: r.key,
+    ),
+    query=st.builds(
+        CatalogFilter,
+        prefix=st.sampled_from([None, "", "a", "a:"]),
+        agent=st.sampled_from([None, "", "a"]),
+        channel=st.sampled_from([None, "a", "b"]),
+        peer=st.sampled_from([None, "b", "a:b"]),
+        state=st.sampled_from([None, "idle"]),
+        created_after=st.none() | _when,
+        created_before=st.none() | _when,
+        order=st.sampled_from(["updated", "created", "key"]),
+        limit=st.none() | st.integers(0, 4),
+        offset=st.integers(0, 3),
+    ),
+)
+def test_select_agrees_with_the_plain_reading(
+    rows: list[SessionInfo], query: CatalogFilter
+) -> None:
+    rows.sort(key=lambda r: r.key)
+    rows.sort(key=lambda r: r.updated_at, reverse=True)
+    got = select(rows, query)
+    assert got == reference_select(rows, query)
+    assert got is not rows
+
+
+def test_catalog_heads_are_the_stored_rows(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, durability="none")
+    assert catalog_heads(store) == {}
+    with store.session("a:b:c") as w:
+        w.append_message("user", "hi")
+    rows = list_sessions(store)
+    assert catalog_heads(store) == {"a:b:c": (rows[0].seq, rows[0].head)}
+
+
+@pytest.mark.parametrize("cut", [1, 10, 100, -1])
+def test_a_truncated_catalog_file_is_rebuilt(tmp_path: Path, cut: int) -> None:
+    store = FileStore(tmp_path, durability="none")
+    for i in range(3):
+        with store.session(f"k{i}") as w:
+            w.append_message("user", f"m{i}")
+    first = list_sessions(store)
+    path = tmp_path / ".catalog"
+    path.write_bytes(path.read_bytes()[:cut])
+    assert list_sessions(FileStore(tmp_path)) == first == expected(store)
+
+
+def test_rebuild_on_a_store_object_that_listed_before(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, durability="none")
+    with store.session("k") as w:
+        w.append_message("user", "one")
+    first = list_sessions(store)
+    assert rebuild_catalog(store) == 1
+    assert list_sessions(store) == first == expected(store)

@@ -374,3 +374,53 @@ def test_stores_without_a_table_stat_everything() -> None:
     with store.session("a:b:c") as w:
         w.append_message("user", "x")
     assert list_sessions(store) == expected(store)
+
+
+def test_a_table_from_the_future_is_replaced(tmp_path: Path) -> None:
+    later = time.time_ns() + 3600 * 1_000_000_000
+    (tmp_path / CHANGES_NAME).write_bytes(new_table_bytes(later))
+    view = ChangeTable(str(tmp_path)).read()
+    assert view is not None and view.created_ns <= time.time_ns()
+
+
+def test_every_returned_append_of_a_busy_process_is_listed(settled: None, tmp_path: Path) -> None:
+    """A child appends (and creates sessions) nonstop, publishing what has returned; each
+    listing must show at least what was published before it started."""
+    store = filled(tmp_path, 3)
+    spy = trusting(store)
+    progress = tmp_path / "progress"  # not a log name: the store ignores it
+    progress.write_bytes(bytes(16))
+    code = (
+        "import os, time\n"
+        "fd = os.open(sys.argv[2], os.O_WRONLY)\n"
+        "writers = [s.session(f'bot:chan:{i}') for i in range(3)]\n"
+        "n = created = 0\n"
+        "end = time.monotonic() + 1.5\n"
+        "while time.monotonic() < end:\n"
+        "    n += 1\n"
+        "    writers[n % 3].append_message('user', str(n))\n"
+        "    if n % 50 == 0:\n"
+        "        created += 1\n"
+        "        with s.session(f'made:by:{created}') as w:\n"
+        "            w.append_message('user', 'x')\n"
+        "    os.pwrite(fd, n.to_bytes(8, 'little') + created.to_bytes(8, 'little'), 0)\n"
+    )
+    head = "import sys\nfrom eventlog import FileStore\ns = FileStore(sys.argv[1], durability='none')\n"
+    with subprocess.Popen(
+        [sys.executable, "-c", head + code, str(tmp_path), str(progress)]
+    ) as child:
+        checks = 0
+        while child.poll() is None or checks == 0:
+            done = progress.read_bytes()
+            n, created = int.from_bytes(done[:8], "little"), int.from_bytes(done[8:], "little")
+            rows = {r.key: r for r in list_sessions(store)}
+            # session i got appends n' <= n with n' % 3 == i, after its first message
+            for i in range(3):
+                returned = n // 3 if i == 0 else (n - i) // 3 + 1 if n >= i else 0
+                assert rows[f"bot:chan:{i}"].messages >= 1 + returned
+            assert all(f"made:by:{c}" in rows for c in range(1, created + 1))
+            checks += 1
+        assert child.wait() == 0
+    assert checks > 5
+    assert spy.scans == 0  # the whole time through the table, never a full scan
+    assert list_sessions(store) == expected(store)
