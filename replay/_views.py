@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -37,25 +37,6 @@ class Recorded:
     head: str | None = None
     health: str = "valid"
     reason: str = ""
-
-
-def _catalog_heads(store: BaseStore) -> dict[str, tuple[int, str]]:
-    """key -> (seq, head) of every row in the stored catalog, as stored."""
-    public: Callable[[BaseStore], dict[str, tuple[int, str]]] | None = getattr(
-        projections, "catalog_heads", None
-    )
-    if public is not None:
-        return public(store)
-    catalog: Any = getattr(projections, "_catalog", None)
-    load: Callable[[BaseStore], list[Any]] | None = getattr(catalog, "_load_entries", None)
-    if load is None:
-        return {}
-    heads: dict[str, tuple[int, str]] = {}
-    for entry in load(store):
-        info = getattr(entry.row, "info", None)
-        if info is not None and info.head:
-            heads[info.key] = (info.seq, info.head)
-    return heads
 
 
 class _Anchor(msgspec.Struct):
@@ -98,7 +79,7 @@ class Views:
     def __init__(self, store: BaseStore) -> None:
         self.store = store
         try:
-            self.catalog = _catalog_heads(store)
+            self.catalog = projections.catalog_heads(store)
         except (EventLogError, OSError, ValueError):
             self.catalog = {}
 
