@@ -123,3 +123,11 @@ def test_catalog_query_binds_every_filter() -> None:
 def test_store_refuses_a_bad_schema_name_before_connecting() -> None:
     with pytest.raises(ValueError):
         PostgresStore("postgresql://nobody@127.0.0.1:1/x", schema="")
+
+
+def test_import_eventlog_does_not_import_psycopg() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, eventlog; assert 'psycopg' not in sys.modules, 'psycopg imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
