@@ -97,7 +97,7 @@ class Scanned:
         return self.events[-1].seq if self.events else self.header.seq
 
 
-def _chain_ok(data: bytes, key: bytes) -> tuple[str, int] | None:
+def _chain_ok(data: bytes, key: bytes, size: int) -> tuple[str, int] | None:
     """Check every line's hash field and chained hash; (head, lines) or None."""
     view = memoryview(data)
     find = data.find
@@ -105,7 +105,6 @@ def _chain_ok(data: bytes, key: bytes) -> tuple[str, int] | None:
     prev = ZERO_HASH.encode("ascii")
     pos = 0
     lines = 0
-    size = len(data)
     while pos < size:
         end = find(b"\n", pos)
         if end < 0 or end - pos < 42:
@@ -125,18 +124,21 @@ def _chain_ok(data: bytes, key: bytes) -> tuple[str, int] | None:
     return prev.decode("ascii"), lines
 
 
-def scan(data: bytes, key: bytes = b"", *, light: bool = False) -> Scanned | None:
-    """The sound log in ``data``, or None if anything is off (use ``decode_log`` then)."""
-    if not data.endswith(b"\n"):
+def scan(
+    data: bytes, key: bytes = b"", *, light: bool = False, end: int | None = None
+) -> Scanned | None:
+    """The sound log in ``data[:end]``, or None if anything is off (use ``decode_log`` then)."""
+    size = len(data) if end is None else end
+    if size <= 0 or data[size - 1] != 0x0A:
         return None
-    chained = _chain_ok(data, key)
+    chained = _chain_ok(data, key, size)
     if chained is None:
         return None
     first = data.index(b"\n") + 1
     try:
         header = _header.decode(data[: first - 1])
         with paused_gc():
-            events = (_light if light else _full).decode_lines(data[first:])
+            events = (_light if light else _full).decode_lines(memoryview(data)[first:size])
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None  # hostile nesting or bytes: the slow path says which line is bad
     if header.format != FORMAT_NAME or len(events) != chained[1] - 1:

@@ -108,12 +108,11 @@ def state_at(
         cut = _end_of_line(data, seq - base + 1)
     else:
         cut = data.rfind(b"\n") + 1
-    prefix = data[:cut]
-    fast = scan(prefix, store.hash_key)
+    fast = scan(data, store.hash_key, end=cut)
     if fast is not None:
         start, events, last = fast.header, fast.events, fast.last_seq
     else:
-        decoded = decode_log(prefix, key=store.hash_key)
+        decoded = decode_log(data[:cut], key=store.hash_key)
         # A torn last line is not part of the log (recover cuts it); a bad line before it is.
         torn_mid = decoded.torn is not None and (decoded.header is None or cut < len(data))
         problem = decoded.bad or (decoded.torn if torn_mid else None)
