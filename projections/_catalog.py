@@ -341,14 +341,16 @@ def _apply(
         if info is not None:
             rows.append(info)
     # Everything is read: now change the catalog (an error above leaves it as it was).
+    slot_of = store.log_slot
     dropped = {e.name for e in gone}
     dropped.update(e.name for _, e in todo if e is not None)
-    slots = {store.log_slot(name) for name in dropped}
-    slots.update(store.log_slot(e.name) for e in fresh)
-    for slot in slots:
-        cat.buckets[slot] = [e for e in cat.bucket(slot) if e.name not in dropped]
+    added: dict[int, list[Entry]] = {}
     for e in fresh:
-        bucket = cat.bucket(store.log_slot(e.name))
-        bucket.append(e)
+        added.setdefault(slot_of(e.name), []).append(e)
+    for slot in {slot_of(name) for name in dropped}.union(added):
+        kept = (
+            [e for e in cat.bucket(slot) if e.name not in dropped] if dropped else cat.bucket(slot)
+        )
+        cat.buckets[slot] = kept + added.get(slot, [])
     cat.rows = replace_rows(cat.rows, old_keys, rows)
     return len(todo) + len(gone)

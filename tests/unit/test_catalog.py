@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
+from eventlog import BaseStore, FileStore, LogStat, MemoryStore, SessionWriter
+from eventlog import _changes as changes
 from projections import (
     CatalogFilter,
     SessionID,
@@ -434,3 +435,31 @@ def test_rebuild_on_a_store_object_that_listed_before(tmp_path: Path) -> None:
     first = list_sessions(store)
     assert rebuild_catalog(store) == 1
     assert list_sessions(store) == first == expected(store)
+
+
+def test_rows_match_a_fold_through_the_change_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(changes, "SETTLE_NS", 0)  # trust the table at once
+    reader = FileStore(tmp_path, durability="none")
+    writer = FileStore(tmp_path, durability="none")  # another object: its own mapping
+    rng = random.Random(11)
+    keys = [f"bot:chan{i % 3}:{i}" for i in range(10)]
+    scans: list[int] = []
+    scan = reader.scan_logs
+
+    def counted() -> list[LogStat]:
+        scans.append(1)
+        return scan()
+
+    reader.scan_logs = counted  # type: ignore[method-assign]
+    list_sessions(reader)  # makes the table...
+    assert writer.read_changes() is not None  # ...and the writer maps it (else: settle time)
+    for round_ in range(8):
+        for key in rng.sample(keys, 3):
+            with writer.session(key, metadata={"title": key} if round_ == 0 else None) as w:
+                random_ops(w, rng, rng.randint(1, 25))
+        if round_ == 5:
+            writer.delete(keys[0])
+        assert list_sessions(reader) == expected(reader)
+    assert len(scans) <= 3  # the first listings, until the table was trusted

@@ -424,3 +424,13 @@ def test_every_returned_append_of_a_busy_process_is_listed(settled: None, tmp_pa
     assert checks > 5
     assert spy.scans == 0  # the whole time through the table, never a full scan
     assert list_sessions(store) == expected(store)
+
+
+def test_the_settle_time_covers_a_writer_that_has_not_found_the_table(tmp_path: Path) -> None:
+    writer = FileStore(tmp_path, durability="none")
+    w = writer.session("a:b:c")  # looks for a table: there is none yet
+    reader = FileStore(tmp_path, durability="none")
+    assert list_sessions(reader)[0].messages == 0  # makes the table
+    w.append_message("user", "before the writer looks again")  # stored nowhere
+    assert list_sessions(reader)[0].messages == 1  # a young table: every log is stat-ed
+    w.close()
