@@ -40,17 +40,19 @@ def _light_type(event_type: type[msgspec.Struct]) -> tuple[type[msgspec.Struct],
     fields: list[tuple[str, Any, Any]] = []
     kinds: dict[str, bytes] = {}
     for f in msgspec.structs.fields(event_type):
+        # The mirror's fields are named as the JSON names them (a field may be renamed).
+        name = f.encode_name
         tp = f.type
         if _has_any(tp):
             origin = get_origin(tp)
-            kinds[f.name] = b"{" if origin is dict else b"[" if origin is list else b""
+            kinds[name] = b"{" if origin is dict else b"[" if origin is list else b""
             tp = msgspec.Raw
         if f.default is not msgspec.NODEFAULT:
-            fields.append((f.name, tp, f.default))
+            fields.append((name, tp, f.default))
         elif f.default_factory is not msgspec.NODEFAULT:
-            fields.append((f.name, tp, msgspec.field(default_factory=f.default_factory)))
+            fields.append((name, tp, msgspec.field(default_factory=f.default_factory)))
         else:
-            fields.append((f.name, tp, msgspec.NODEFAULT))
+            fields.append((name, tp, msgspec.NODEFAULT))
     config = event_type.__struct_config__
     light = msgspec.defstruct(
         "Light" + event_type.__name__,
