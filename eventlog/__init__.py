@@ -83,8 +83,8 @@ from ._pg_schema import SchemaVersionError
 from ._postgres import PostgresStore
 from ._postgres_async import AsyncPostgresStore
 from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
-from ._views import LogStat, SnapshotStatus, ViewStorage
 from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
+from ._views import LogStat, SnapshotStatus, ViewStorage
 from ._writer import DURABILITIES, Durability, SessionIO, SessionWriter, new_event_id
 
 __all__ = (

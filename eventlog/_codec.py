@@ -17,7 +17,6 @@ bad line followed by more lines is a :class:`BadLine`: the reader stops there.
 from __future__ import annotations
 
 import gc
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from hashlib import blake2b
@@ -32,6 +31,7 @@ from ._events import (
     KnownEvent,
     UnknownEvent,
 )
+from ._jsonbytes import escape_unsafe
 
 ZERO_HASH: Final = "0" * 32
 _GC_PAUSE_BYTES: Final = 1 << 20
@@ -48,16 +48,6 @@ _unknown_decoder = msgspec.json.Decoder(UnknownEvent)
 # What decoding a hostile (but correctly chained) line can raise besides msgspec's own errors:
 # nesting past msgspec's depth limit, and invalid UTF-8 in an object key.
 _UNREADABLE: Final = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
-# msgspec escapes C0 controls but writes DEL, C1 controls (U+0085 is a line break to Python's
-# ``str.splitlines``) and U+2028/U+2029 raw; the format escapes them too. These byte sequences
-# only occur inside JSON strings, so replacing them keeps the JSON and its decoded value.
-_UNSAFE = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")
-
-
-def _escape_unsafe(match: re.Match[bytes]) -> bytes:
-    return b"\\u%04x" % ord(match.group().decode("utf-8"))
-
-
 def normalize_key(hash_key: bytes | str | None) -> bytes:
     """Return the blake2b key bytes for a secret given as bytes or text (empty: unkeyed)."""
     if hash_key is None:
@@ -89,12 +79,7 @@ def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tu
         encoded = _encoder.encode(event)
     except UnicodeEncodeError as exc:  # a lone surrogate: not text JSON can carry
         raise msgspec.EncodeError(f"a string is not valid Unicode: {exc}") from exc
-    body = encoded[:-1]  # drop the closing brace; the hash field closes the object
-    if b"\x7f" in body or (
-        not body.isascii()
-        and (b"\xc2" in body or b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body)
-    ):
-        body = _UNSAFE.sub(_escape_unsafe, body)
+    body = escape_unsafe(encoded[:-1])  # the hash field closes the object
     h = chain_hash(prev_h, body, key)
     return b"".join((body, _HASH_OPEN, h.encode("ascii"), _HASH_CLOSE, b"\n")), h
 

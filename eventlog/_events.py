@@ -13,12 +13,17 @@ Invariants:
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Final, Literal
 
 import msgspec
 
+from ._jsonbytes import encode_json
+
 FORMAT_NAME: Final = "sessionlog"
 FORMAT_VERSION: Final = 1
+
+_decode_message = msgspec.json.Decoder(dict[str, Any]).decode
 
 TrimReason = Literal["file_cap", "retain_suffix", "truncate"]
 LifecycleState = Literal["active", "idle", "compacting", "suspended", "archived"]
@@ -60,11 +65,50 @@ class Header(_Base, tag="header", kw_only=True, frozen=True):
     prev_h: str = ""
 
 
-class MessageAppended(_Base, tag="message", kw_only=True, frozen=True):
-    """One chat message, every key of the caller's dict kept, plus its token estimate."""
+class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True):
+    """One chat message, every key of the caller's dict kept, plus its token estimate.
 
-    message: dict[str, Any]
+    The message is kept as the JSON bytes of its line (``body``, written as the ``message``
+    field) and decoded into a dict on first use of :attr:`message`: opening a long session
+    decodes only the messages something reads. Build one with :meth:`of`.
+    """
+
+    body: msgspec.Raw = msgspec.field(name="message")
     tokens: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        seq: int,
+        ts: datetime,
+        id: str,
+        message: dict[str, Any],
+        tokens: int = 0,
+        h: str = "",
+    ) -> MessageAppended:
+        """The event for ``message`` (a dict with every key kept).
+
+        Raises:
+            msgspec.EncodeError: a value in the message is not JSON-serialisable.
+        """
+        event = cls(
+            seq=seq, ts=ts, id=id, h=h, body=msgspec.Raw(encode_json(message)), tokens=tokens
+        )
+        event.__dict__["message"] = message
+        return event
+
+    @cached_property
+    def message(self) -> dict[str, Any]:
+        """The message dict (decoded from ``body`` on first use, then kept)."""
+        return _decode_message(self.body)
+
+    def with_hash(self, h: str) -> MessageAppended:
+        """A copy with chain hash ``h`` that keeps the decoded message."""
+        event = msgspec.structs.replace(self, h=h)
+        if "message" in self.__dict__:
+            event.__dict__["message"] = self.__dict__["message"]
+        return event
 
 
 class MetadataChanged(_Base, tag="metadata", kw_only=True, frozen=True):

@@ -12,8 +12,8 @@ from datetime import datetime
 from ._errors import LockedError
 from ._lifecycle import TrashEntry
 from ._store import BaseStore
-from ._views import LogStat
 from ._tokens import TokenCounter
+from ._views import LogStat
 from ._writer import Durability
 
 

@@ -51,6 +51,7 @@ def line_schema() -> dict[str, Any]:
     defs["LifecycleChanged"]["properties"]["state"] = {"enum": list(LIFECYCLE_STATES)}
     defs["LifecycleChanged"]["properties"]["reason"] = {"enum": [*END_REASONS, None]}
     message = defs["MessageAppended"]["properties"]["message"]
+    message["type"] = "object"
     message["required"] = ["role"]
     message["properties"] = {"role": {"type": "string", "minLength": 1}}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

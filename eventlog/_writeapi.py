@@ -47,6 +47,7 @@ from ._events import (
     UsageRecorded,
 )
 from ._fold import SessionState
+from ._jsonbytes import encode_json
 from ._tokens import TokenCounter
 
 _encode = msgspec.json.Encoder().encode
@@ -105,6 +106,8 @@ def stage(
     except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
         why = draft.describe() if draft.describe is not None else str(exc)
         raise InvalidEventError(f"session {key!r}: {why}") from exc
+    if isinstance(event, MessageAppended):
+        return Staged(event.with_hash(h), line)
     return Staged(msgspec.structs.replace(event, h=h), line)
 
 
@@ -208,13 +211,17 @@ class WriteAPI(abc.ABC, Generic[_R]):
             tokens = int(self._count_tokens(msg))
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             raise InvalidEventError(f"message cannot be counted: {_unserialisable(msg)}") from exc
-        draft = Draft(
-            lambda _s, seq, ts, eid: MessageAppended(
-                seq=seq, ts=ts, id=eid, message=msg, tokens=tokens
-            ),
-            lambda: _unserialisable(msg),
-        )
-        return self._write(draft, expected_seq, id)
+        try:
+            body = msgspec.Raw(encode_json(msg))  # encoded once, here, outside the writer lock
+        except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
+            raise InvalidEventError(f"session {self.key!r}: {_unserialisable(msg)}") from exc
+
+        def make(_s: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
+            event = MessageAppended(seq=seq, ts=ts, id=eid, body=body, tokens=tokens)
+            event.__dict__["message"] = msg
+            return event
+
+        return self._write(Draft(make, lambda: _unserialisable(msg)), expected_seq, id)
 
     def update_metadata(
         self,

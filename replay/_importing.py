@@ -154,7 +154,7 @@ def build_session(
     for index, (message, ts) in enumerate(messages):
         seq += 1
         events.append(
-            MessageAppended(
+            MessageAppended.of(
                 seq=seq,
                 ts=ts,
                 id=derive_id(origin, key, str(index), canonical(message)),

@@ -236,7 +236,7 @@ def fold_plan(state: SessionState, plan: projections.TrimPlan) -> SessionState:
         if plan.retract:
             events.append(Retracted(seq=seq + 2, ts=now, id="", count=plan.retract))
         events += [
-            MessageAppended(seq=seq + 3, ts=now, id="", message=m, tokens=0) for m in plan.reappend
+            MessageAppended.of(seq=seq + 3, ts=now, id="", message=m, tokens=0) for m in plan.reappend
         ]
         if plan.consolidated is not None:
             events.append(Consolidated(seq=seq + 4, ts=now, id="", upto=plan.consolidated))
@@ -284,7 +284,7 @@ def pending_events(
             events.append(Retracted(seq=nxt(), ts=now, id="", count=diff.retract))
     for message in current[diff.keep :]:
         events.append(
-            MessageAppended(seq=nxt(), ts=now, id="", message=message, tokens=counter(message))
+            MessageAppended.of(seq=nxt(), ts=now, id="", message=message, tokens=counter(message))
         )
     events.append(Consolidated(seq=nxt(), ts=now, id="", upto=cursor))
     return events

@@ -182,7 +182,7 @@ def event_dict(event: Event) -> dict[str, Any]:
 
     if isinstance(event, UnknownEvent):
         return {**event.raw, "h": event.h}
-    data: dict[str, Any] = msgspec.to_builtins(event)
+    data: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(event))
     return data
 
 

@@ -44,7 +44,7 @@ def build(root: Path, sessions: int, messages: int) -> None:
         for seq in range(1, messages + 1):
             role = "user" if seq % 2 else "assistant"
             msg = {"role": role, "content": f"{seq} {TEXT}", "timestamp": created.isoformat()}
-            event = MessageAppended(
+            event = MessageAppended.of(
                 seq=seq,
                 ts=created + timedelta(milliseconds=seq),
                 id=os.urandom(16).hex(),

@@ -141,7 +141,7 @@ def populate(dsn: str, schema: str, sessions: int) -> None:
                 lines = [line0]
                 for seq in (1, 2):
                     msg = {"role": "user" if seq == 1 else "assistant", "content": TEXT}
-                    ev = MessageAppended(
+                    ev = MessageAppended.of(
                         seq=seq,
                         ts=created + timedelta(seconds=seq),
                         id=os.urandom(16).hex(),

@@ -56,7 +56,7 @@ def _base() -> dict[str, Any]:
 
 
 event_strategies: list[st.SearchStrategy[KnownEvent]] = [
-    st.builds(MessageAppended, **_base(), message=json_dicts, tokens=small),
+    st.builds(MessageAppended.of, **_base(), message=json_dicts, tokens=small),
     st.builds(MetadataChanged, **_base(), set=json_dicts, unset=st.lists(texts, max_size=3)),
     st.builds(Consolidated, **_base(), upto=counts),
     st.builds(
@@ -139,7 +139,7 @@ def test_round_trip(header: Header, events: list[KnownEvent], key: bytes, chunk:
 
 SAMPLE_EVENTS: list[KnownEvent] = numbered(
     [
-        MessageAppended(
+        MessageAppended.of(
             seq=0,
             ts=datetime(2026, 11, 25, tzinfo=UTC),
             id="m1",

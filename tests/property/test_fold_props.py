@@ -40,7 +40,7 @@ z: dict[str, Any] = {"seq": st.just(0), "ts": st.just(T0), "id": st.just("")}
 
 events_strategy = st.one_of(
     st.builds(
-        MessageAppended,
+        MessageAppended.of,
         **z,
         message=st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"])}),
         tokens=st.integers(min_value=0, max_value=1000),

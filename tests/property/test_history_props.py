@@ -70,7 +70,7 @@ def messages(draw: st.DrawFn) -> dict[str, Any]:
 def states(draw: st.DrawFn) -> SessionState:
     msgs = draw(st.lists(messages(), max_size=40))
     events: list[Event] = [
-        MessageAppended(seq=i + 1, ts=TS, id=f"m{i}", message=m, tokens=draw(st.integers(4, 60)))
+        MessageAppended.of(seq=i + 1, ts=TS, id=f"m{i}", message=m, tokens=draw(st.integers(4, 60)))
         for i, m in enumerate(msgs)
     ]
     seq = len(events)

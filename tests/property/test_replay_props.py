@@ -69,7 +69,8 @@ def test_state_at_and_diff_are_folds_of_prefixes(
     b = data.draw(st.integers(0, last))
     fold_a = fold(loaded.header, [e for e in loaded.events if e.seq <= a])
     fold_b = fold(loaded.header, [e for e in loaded.events if e.seq <= b])
-    assert msgspec.to_builtins(replay.state_at(store, "k", seq=a)) == msgspec.to_builtins(fold_a)
+    as_json = msgspec.json.encode
+    assert as_json(replay.state_at(store, "k", seq=a)) == as_json(fold_a)
     d = replay.diff(store, "k", a, b)
     live_a = {m.seq for m in fold_a.messages}
     live_b = {m.seq for m in fold_b.messages}

@@ -42,7 +42,7 @@ def header(key: str = "telegram:42", **fields: Any) -> Header:
 
 
 def message(seq: int, content: Any = "hi", role: str = "user", **fields: Any) -> MessageAppended:
-    return MessageAppended(
+    return MessageAppended.of(
         seq=seq, ts=TS, id=f"e{seq}", message={"role": role, "content": content, **fields}, tokens=5
     )
 

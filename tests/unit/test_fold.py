@@ -42,7 +42,7 @@ class Log:
         return {"seq": self.seq, "ts": T0 + timedelta(seconds=self.seq), "id": f"e{self.seq}"}
 
     def msg(self, content: str = "x", tokens: int = 10, role: str = "user") -> MessageAppended:
-        return MessageAppended(
+        return MessageAppended.of(
             **self._next(), message={"role": role, "content": content}, tokens=tokens
         )
 

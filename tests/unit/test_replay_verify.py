@@ -86,8 +86,8 @@ def test_repeated_ids_and_a_wrong_header_key_are_reported() -> None:
     ts = datetime(2026, 1, 1, tzinfo=UTC)
     header = Header(seq=0, ts=ts, id="h", key="other", created_at=ts)
     events = [
-        MessageAppended(seq=1, ts=ts, id="same", message={"role": "user", "content": "a"}),
-        MessageAppended(seq=2, ts=ts, id="same", message={"role": "user", "content": "b"}),
+        MessageAppended.of(seq=1, ts=ts, id="same", message={"role": "user", "content": "a"}),
+        MessageAppended.of(seq=2, ts=ts, id="same", message={"role": "user", "content": "b"}),
     ]
     data, _ = encode_lines([header, *events], ZERO_HASH)
     report = replay.check_log(data, key="mine", path="x")
@@ -160,7 +160,7 @@ def test_a_rewritten_log_disagrees_with_the_catalog(tmp_path: Path) -> None:
 
     decoded = decode_log(header)
     assert decoded.header is not None
-    fake = MessageAppended(
+    fake = MessageAppended.of(
         seq=1, ts=decoded.header.ts, id="f", message={"role": "user", "content": "forged"}
     )
     data, _ = encode_lines([decoded.header, fake], ZERO_HASH)
