@@ -47,6 +47,8 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int]]):
     ``anyio.from_thread.run`` from a worker thread).
     """
 
+    _io: SessionIO
+
     def __init__(
         self,
         *,
@@ -80,26 +82,6 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int]]):
         self._idle: anyio.Event | None = None
 
     # -- reading -----------------------------------------------------------------------------
-
-    @property
-    def state(self) -> SessionState:
-        """The folded state (live; copy it with ``state.copy()`` to keep a point in time)."""
-        return self._state
-
-    @property
-    def seq(self) -> int:
-        """The seq of the last event in the log."""
-        return self._state.seq
-
-    @property
-    def path(self) -> str:
-        """Where the log lives (a file path, or a description for other stores)."""
-        return self._io.name
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._closed
 
     @property
     def durable_seq(self) -> int:

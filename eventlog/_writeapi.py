@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -152,6 +152,10 @@ def _unserialisable(mapping: Mapping[str, Any]) -> str:
     return "a value is not JSON-serialisable"
 
 
+class _Named(Protocol):
+    name: str
+
+
 class WriteAPI(abc.ABC, Generic[_R]):
     """The write methods both writers share; ``_R`` is ``int`` or a coroutine of ``int``.
 
@@ -162,6 +166,31 @@ class WriteAPI(abc.ABC, Generic[_R]):
 
     key: str
     _count_tokens: TokenCounter
+    _state: SessionState
+    _io: _Named
+    _closed: bool
+
+    # -- reading (the same for both writers) ---------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        """The folded state (live; copy it with ``state.copy()`` to keep a point in time)."""
+        return self._state
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last event in the log."""
+        return self._state.seq
+
+    @property
+    def path(self) -> str:
+        """Where the log lives (a file path, or a description for other stores)."""
+        return self._io.name
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._closed
 
     @abc.abstractmethod
     def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> _R:

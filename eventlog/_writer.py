@@ -79,6 +79,8 @@ class SessionWriter(WriteAPI[int]):
     log is a no-op). Each returns the seq of its event. Safe to share between threads.
     """
 
+    _io: SessionIO
+
     def __init__(
         self,
         *,
@@ -109,26 +111,6 @@ class SessionWriter(WriteAPI[int]):
         self._begin: Callable[[SessionState], object] | None = getattr(io, "transaction", None)
 
     # -- reading -----------------------------------------------------------------------------
-
-    @property
-    def state(self) -> SessionState:
-        """The folded state (live; copy it with ``state.copy()`` to keep a point in time)."""
-        return self._state
-
-    @property
-    def seq(self) -> int:
-        """The seq of the last event in the log."""
-        return self._state.seq
-
-    @property
-    def path(self) -> str:
-        """Where the log lives (a file path, or a description for other stores)."""
-        return self._io.name
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran."""
-        return self._closed
 
     def flush(self) -> None:
         """Make every line written so far durable (an fsync, whatever the durability mode)."""
