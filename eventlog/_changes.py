@@ -181,18 +181,21 @@ class ChangeTable:
             words[_HEADER_WORDS + slot] = next(self._stamps)
             if membership:
                 words[_MEMBERSHIP_WORD] = next(self._stamps)
-        if time.monotonic() - self._checked >= CHECK_INTERVAL:
-            self._recheck(slot, membership)
+        # The check time is read BEFORE the mapping is compared: a time set by a check of some
+        # other mapping (another thread remapped) then never vouches for the one stored into.
+        while time.monotonic() - self._checked >= CHECK_INTERVAL or self._words is not words:
+            words = self._recheck(words, slot, membership)
 
-    def _recheck(self, slot: int, membership: bool) -> None:
-        """The mapping is due a check: remap if it is gone, and store the stamps again there."""
-        if self._ensure(create=False):
-            return
+    def _recheck(self, stored: memoryview | None, slot: int, membership: bool) -> memoryview | None:
+        """Check the mapping if due; store again if it is not the one stored into. Returns it."""
+        if time.monotonic() - self._checked >= CHECK_INTERVAL:
+            self._ensure(create=False)
         words = self._words
-        if words is not None:
+        if words is not None and words is not stored:
             words[_HEADER_WORDS + slot] = next(self._stamps)
             if membership:
                 words[_MEMBERSHIP_WORD] = next(self._stamps)
+        return words
 
     # -- readers ---------------------------------------------------------------------------
 
