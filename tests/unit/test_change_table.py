@@ -285,7 +285,7 @@ def test_a_writer_killed_between_its_line_and_its_bump(settled: None, tmp_path: 
     assert store.state("bot:chan:1").total_messages == 2  # the line is in the log
     # Its append never returned, and no bump announced it: a listing does not see it yet...
     assert {r.key: r for r in list_sessions(store)}["bot:chan:1"].messages == 1
-    # ...until the session is next opened for writing (as replay.recover does): that bumps.
+    # ...until the session is next opened for writing (by any process): that open bumps.
     with FileStore(tmp_path).session("bot:chan:1"):
         pass
     assert {r.key: r for r in list_sessions(store)}["bot:chan:1"].messages == 2
