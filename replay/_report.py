@@ -10,7 +10,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from eventlog import ZERO_HASH
 
@@ -52,46 +52,6 @@ class SessionVerify:
 
 
 @dataclass(slots=True)
-class VerifyReport:
-    """What :func:`replay.verify` found, per session and for the whole store."""
-
-    sessions: list[SessionVerify] = field(default_factory=list)
-    #: Problems not tied to one session (e.g. the catalog).
-    store_problems: list[Finding] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when every session verified."""
-        return not self.store_problems and all(s.ok for s in self.sessions)
-
-    @property
-    def problems(self) -> list[Finding]:
-        """Every problem found, session by session."""
-        out = list(self.store_problems)
-        for s in self.sessions:
-            out.extend(s.problems)
-        return out
-
-    @property
-    def checked(self) -> int:
-        """Sessions verified."""
-        return len(self.sessions)
-
-    @property
-    def bytes(self) -> int:
-        """Log bytes read."""
-        return sum(s.bytes for s in self.sessions)
-
-    def session(self, key: str) -> SessionVerify:
-        """The report of one session (KeyError if it was not verified)."""
-        for s in self.sessions:
-            if s.key == key:
-                return s
-        raise KeyError(key)
-
-
-@dataclass(slots=True)
 class SessionRecover:
     """What recovering one session did and found."""
 
@@ -111,23 +71,26 @@ class SessionRecover:
         return not self.problems
 
 
-@dataclass(slots=True)
-class RecoverReport:
-    """What :func:`replay.recover` did, per session and for the whole store."""
+_S = TypeVar("_S", "SessionVerify", "SessionRecover")
 
-    sessions: list[SessionRecover] = field(default_factory=list)
-    catalog_rebuilt: bool = False
+
+@dataclass(slots=True)
+class _StoreReport(Generic[_S]):
+    """What a check of a whole store found: per session, and for the store itself."""
+
+    sessions: list[_S] = field(default_factory=list)
+    #: Problems not tied to one session (e.g. the catalog).
     store_problems: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        """True when every session is now sound."""
+        """True when nothing is wrong with the store or any session."""
         return not self.store_problems and all(s.ok for s in self.sessions)
 
     @property
     def problems(self) -> list[Finding]:
-        """Every problem left, session by session."""
+        """Every problem found, the store's first, then session by session."""
         out = list(self.store_problems)
         for s in self.sessions:
             out.extend(s.problems)
@@ -138,6 +101,30 @@ class RecoverReport:
         """Sessions checked."""
         return len(self.sessions)
 
+    def session(self, key: str) -> _S:
+        """The report of one session (KeyError if it was not checked)."""
+        for s in self.sessions:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+
+@dataclass(slots=True)
+class VerifyReport(_StoreReport["SessionVerify"]):
+    """What :func:`replay.verify` found, per session and for the whole store."""
+
+    @property
+    def bytes(self) -> int:
+        """Log bytes read."""
+        return sum(s.bytes for s in self.sessions)
+
+
+@dataclass(slots=True)
+class RecoverReport(_StoreReport["SessionRecover"]):
+    """What :func:`replay.recover` did, per session and for the whole store."""
+
+    catalog_rebuilt: bool = False
+
     @property
     def tails_cut(self) -> list[tuple[str, int]]:
         """(key, bytes) of every torn tail cut into quarantine."""
@@ -147,10 +134,3 @@ class RecoverReport:
     def snapshots_rebuilt(self) -> list[str]:
         """Keys whose snapshot was stale, missing or corrupt and was rebuilt."""
         return [s.key for s in self.sessions if s.snapshot_rebuilt]
-
-    def session(self, key: str) -> SessionRecover:
-        """The report of one session (KeyError if it was not checked)."""
-        for s in self.sessions:
-            if s.key == key:
-                return s
-        raise KeyError(key)

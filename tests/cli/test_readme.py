@@ -39,5 +39,6 @@ def test_demo_command_runs(tmp_path: Path) -> None:
 
 
 def test_python_examples_run() -> None:
+    """Every ```python block runs (```py marks one that needs a server)."""
     for block in _blocks("python"):
         exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
