@@ -15,9 +15,10 @@ Invariants:
   before a listing started is seen by it (the rules are in ``eventlog._changes``).
 - Rows are kept in listing order, newest-updated first (ties by key), so a listing sorts nothing
   and a filtered, limited one stops early. A process keeps its last catalog in memory (per store
-  object) and rewrites the file after a full scan, a membership change, or :data:`SAVE_AFTER`
-  changed entries: the file is always a consistent (table copy, rows) pair, at worst older, and
-  a fresh process redoes the difference.
+  object) and rewrites the file only when a fresh process would otherwise redo much: after
+  :data:`SAVE_AFTER` changed entries, a table or membership change, or a full scan that makes
+  the file's copy trusted or renews its full-scan time. The file is always a consistent (table
+  copy, rows) pair, at worst older, and a fresh process redoes the difference.
 - A store that answers catalog queries itself (PostgreSQL: a table kept in the same
   transaction as each append) implements :class:`CatalogQuery`, and :func:`list_sessions`
   hands it the :class:`CatalogFilter` instead.
@@ -241,38 +242,52 @@ def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
         cat = Catalog() if old is None else old
         full = True
         if old is None:
-            changed = _scan_all(store, cat, fresh=True)
+            cat.pending += _scan_all(store, cat, fresh=True)
         elif (
             table is not None
             and cat.table_id == table.ident
             and table.settled_ns <= cat.saved_at <= now
             and now - cat.full_at < FULL_SCAN_NS
         ):
-            changed = _scan_changed(store, cat, table.changed_since(cat.slots), table.membership)
+            slots = table.changed_since(cat.slots)
+            cat.pending += _scan_changed(store, cat, slots, table.membership)
             full = False
         else:
-            changed = _scan_all(store, cat, fresh=False)
-        cat.pending += changed
+            cat.pending += _scan_all(store, cat, fresh=False)
         if table is None:
             cat.table_id, cat.slots, cat.membership = b"", b"", 0
-            if old is None:
-                cat.pending = SAVE_AFTER
         else:
-            if full or cat.membership != table.membership:
-                cat.pending = SAVE_AFTER
             cat.table_id, cat.slots, cat.membership = table.ident, table.slots, table.membership
+            cat.settled_ns = table.settled_ns
         cat.saved_at = now
         if full:
             cat.full_at = now
         cache.catalog = cat
-        if cat.pending >= SAVE_AFTER:
+        if old is None or cat.pending >= SAVE_AFTER or _file_behind(cat, full, now):
             try:
                 store.put_catalog(encode_catalog(cat))
             except OSError:
                 pass  # a read-only store: the catalog is derived, the listing stands
             else:
                 cat.pending = 0
+                cat.stored = (cat.table_id, cat.membership, cat.saved_at, cat.full_at)
         return cat
+
+
+def _file_behind(cat: Catalog, full: bool, now: int) -> bool:
+    """Whether the stored file would make a fresh process do much more than this one did."""
+    if not cat.table_id:
+        return False  # no table: every listing stats everything anyway
+    if cat.stored is None:
+        return True
+    table_id, membership, saved_at, full_at = cat.stored
+    if table_id != cat.table_id or membership != cat.membership:
+        return True  # a fresh process would stat everything, or list the directory
+    if not full:
+        return False
+    # After a full scan: worth writing once the copy would be trusted, or to renew full_at.
+    settled = saved_at >= cat.settled_ns
+    return (not settled and now >= cat.settled_ns) or now - full_at > FULL_SCAN_NS // 2
 
 
 def _scan_all(store: BaseStore, cat: Catalog, *, fresh: bool) -> int:

@@ -83,7 +83,9 @@ class Catalog:
         "pending",
         "rows",
         "saved_at",
+        "settled_ns",
         "slots",
+        "stored",
         "table_id",
     )
 
@@ -106,8 +108,12 @@ class Catalog:
         self.slots = slots
         self.rows: list[SessionInfo] = [] if rows is None else rows
         self.buckets: dict[int, msgspec.Raw | list[Entry]] = {} if buckets is None else buckets
-        #: Entries changed since the stored file was written (or a large number: rewrite it).
+        #: Entries changed since the stored file was written.
         self.pending = 0
+        #: When the table copy may be trusted (wall-clock ns; set by the caller).
+        self.settled_ns = 0
+        #: (table id, membership, saved_at, full_at) of the stored file, when known.
+        self.stored: tuple[bytes, int, int, int] | None = None
 
     def bucket(self, slot: int) -> list[Entry]:
         """The entries of one slot (decoded on first use)."""
@@ -150,6 +156,7 @@ def decode_catalog(blob: bytes | None) -> Catalog | None:
         rows=rows,
         buckets=dict(stored.buckets),
     )
+    catalog.stored = (stored.table_id, stored.membership, stored.saved_at, stored.full_at)
     return catalog
 
 

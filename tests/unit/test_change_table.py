@@ -434,3 +434,22 @@ def test_the_settle_time_covers_a_writer_that_has_not_found_the_table(tmp_path: 
     w.append_message("user", "before the writer looks again")  # stored nowhere
     assert list_sessions(reader)[0].messages == 1  # a young table: every log is stat-ed
     w.close()
+
+
+def test_the_file_is_rewritten_once_its_copy_can_be_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(changes, "SETTLE_NS", 300_000_000)
+    store = filled(tmp_path)
+    path = tmp_path / ".catalog"
+    list_sessions(store)  # makes the table and the file
+    first = path.stat().st_ino
+    list_sessions(store)  # a young table: a full scan, nothing changed, nothing written
+    assert path.stat().st_ino == first
+    time.sleep(0.35)
+    list_sessions(store)  # the first full scan after the table settled writes the file...
+    assert path.stat().st_ino != first
+    fresh = FileStore(tmp_path)
+    spy = Spy(fresh)
+    assert list_sessions(fresh) == expected(store)
+    assert spy.scans == 0 and spy.stats == []  # ...so a fresh process trusts it at once
