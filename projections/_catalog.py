@@ -13,6 +13,8 @@ Invariants:
   from the copy the catalog saved (and the directory's names only when the membership stamp
   differs). The copy is read BEFORE any stat, so an append (or create, or delete) that returned
   before a listing started is seen by it (the rules are in ``eventlog._changes``).
+- The stored file never lags a shrink or replacement a listing saw (it is rewritten then): a
+  stored row past its log's end means lost lines to ``replay.verify``.
 - Rows are kept in listing order, newest-updated first (ties by key), so a listing sorts nothing
   and a filtered, limited one stops early. A process keeps its last catalog in memory (per store
   object) and rewrites the file only when a fresh process would otherwise redo much: after
@@ -241,8 +243,9 @@ def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
         old = None if rebuild else cache.catalog or decode_catalog(store.catalog_bytes())
         cat = Catalog() if old is None else old
         full = True
+        # (_apply may raise pending itself: never ``cat.pending += _scan...(...)``.)
         if old is None:
-            cat.pending += _scan_all(store, cat, fresh=True)
+            changed = _scan_all(store, cat, fresh=True)
         elif (
             table is not None
             and cat.table_id == table.ident
@@ -250,10 +253,11 @@ def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
             and now - cat.full_at < FULL_SCAN_NS
         ):
             slots = table.changed_since(cat.slots)
-            cat.pending += _scan_changed(store, cat, slots, table.membership)
+            changed = _scan_changed(store, cat, slots, table.membership)
             full = False
         else:
-            cat.pending += _scan_all(store, cat, fresh=False)
+            changed = _scan_all(store, cat, fresh=False)
+        cat.pending += changed
         if table is None:
             cat.table_id, cat.slots, cat.membership = b"", b"", 0
         else:
@@ -368,4 +372,8 @@ def _apply(
         )
         cat.buckets[slot] = kept + added.get(slot, [])
     cat.rows = replace_rows(cat.rows, old_keys, rows)
+    if any(e is not None and (st.size < e.size or st.ino != e.ino) for st, e in todo):
+        # A log shrank or was replaced: the file must not keep recording lines the log no
+        # longer has (verify takes a stored row past the log's end for lost lines).
+        cat.pending += SAVE_AFTER
     return len(todo) + len(gone)

@@ -463,3 +463,16 @@ def test_rows_match_a_fold_through_the_change_table(
             writer.delete(keys[0])
         assert list_sessions(reader) == expected(reader)
     assert len(scans) <= 3  # the first listings, until the table was trusted
+
+
+def test_a_cut_log_is_never_left_longer_in_the_stored_catalog(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, durability="none")
+    with store.session("k") as w:
+        for j in range(5):
+            w.append_message("user", f"m{j}")
+    list_sessions(store)
+    assert catalog_heads(store)["k"][0] == 5
+    data = store.read_bytes("k")
+    store.cut("k", data.rfind(b"\n", 0, len(data) - 1) + 1, reason="test")
+    assert list_sessions(store)[0].seq == 4
+    assert catalog_heads(store)["k"][0] == 4  # written at once, not deferred (verify reads it)
