@@ -47,13 +47,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Figures(dict[str, Any]):
+    """Figures by scenario; with ``echo``, each is printed (and flushed) as it is recorded."""
+
+    def __init__(self, echo: bool) -> None:
+        super().__init__()
+        self.echo = echo
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        super().__setitem__(name, value)
+        if self.echo:
+            print(f"{name}: {json.dumps(value)}", flush=True)
+
+
 def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Run the chosen scenarios in ``root``; return their figures (raises ClaimFailed)."""
     only = [s for s in args.only.split(",") if s]
     unknown = sorted(set(only) - set(SCENARIOS))
     if unknown:
         raise SystemExit(f"unknown scenario(s): {', '.join(unknown)}")
-    out: dict[str, Any] = {}
+    out = _Figures(echo=not args.json)
     if "crash" in only:
         modes = [m for m in args.modes.split(",") if m]
         share, extra = divmod(args.kills, len(modes))
@@ -75,7 +88,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         fuzz = run_fuzz(args.fuzz, seed=args.seed)
         out["fuzz"] = {**dataclasses.asdict(fuzz), "inputs": fuzz.inputs}
     if "tamper" in only:
-        out["tamper"] = []
+        tampered = []
         for n in range(args.tamper_seeds):
             for key in (None, "soak-secret"):
                 figures = run_tamper(
@@ -85,7 +98,8 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     hash_key=key,
                     byte_step=args.byte_step,
                 )
-                out["tamper"].append({**dataclasses.asdict(figures), "total": figures.total})
+                tampered.append({**dataclasses.asdict(figures), "total": figures.total})
+        out["tamper"] = tampered
     if "load" in only:
         out["load"] = dataclasses.asdict(
             run_load(
@@ -131,8 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        for name, value in figures.items():
-            print(f"{name}: {json.dumps(value)}")
         print(
             "summary: "
             + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in result["summary"].items())

@@ -93,8 +93,9 @@ def _read_until(rfd: int, deadline: float, buf: bytearray, acks: int = 0) -> boo
         left = deadline - time.monotonic()
         if left <= 0:
             return True
-        ready, _, _ = select.select([rfd], [], [], left)
-        if ready:
+        poller = select.poll()  # not select(): descriptors past 1024 in a long soak
+        poller.register(rfd, select.POLLIN)
+        if poller.poll(left * 1000):
             chunk = os.read(rfd, 1 << 16)
             if not chunk:
                 return False

@@ -165,23 +165,33 @@ def run_load(
     victim = next(iter(workers.values()))[0] if kill and processes > 1 else None
     kill_at = time.monotonic() + seconds / 2
     buffers: dict[int, bytearray] = {rfd: bytearray() for rfd in workers}
+    poller = select.poll()
+    for rfd in workers:
+        poller.register(rfd, select.POLLIN)
     open_fds = set(workers)
-    while open_fds:
-        if victim is not None and time.monotonic() >= kill_at:
-            os.kill(victim, signal.SIGKILL)
-            figures.killed += 1
-            victim = None
-        ready, _, _ = select.select(list(open_fds), [], [], 0.05)
-        for rfd in ready:
-            chunk = os.read(rfd, 1 << 16)
-            if chunk:
-                buffers[rfd] += chunk
-            else:
-                open_fds.discard(rfd)
-                os.close(rfd)
+    status_of: dict[int, int] = {}
+    try:
+        while open_fds:
+            if victim is not None and time.monotonic() >= kill_at:
+                os.kill(victim, signal.SIGKILL)
+                figures.killed += 1
+                victim = None
+            for rfd, _ in poller.poll(50):
+                chunk = os.read(rfd, 1 << 16)
+                if chunk:
+                    buffers[rfd] += chunk
+                else:
+                    poller.unregister(rfd)
+                    open_fds.discard(rfd)
+                    os.close(rfd)
+    finally:
+        for pid, _ in workers.values():
+            if open_fds:  # the harness itself failed: stop the workers before anything else
+                os.kill(pid, signal.SIGKILL)
+            status_of[pid] = os.waitpid(pid, 0)[1]
     killed_pid = next(iter(workers.values()))[0] if figures.killed else None
     for pid, name in workers.values():
-        _, status = os.waitpid(pid, 0)
+        status = status_of[pid]
         if pid != killed_pid:
             claim(
                 os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
