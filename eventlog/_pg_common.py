@@ -336,6 +336,12 @@ class Statements:
             "VALUES (%s, %s, %s, %s, %s)"
         )
         self.unquarantine = q("DELETE FROM {s}.quarantine WHERE key = %s")
+        self.trash = q(
+            "INSERT INTO {s}.trash (key, id, deleted_at, reason, data) VALUES (%s, %s, %s, %s, %s)"
+        )
+        self.trash_list = q("SELECT id, key, deleted_at, reason FROM {s}.trash")
+        self.trash_data = q("SELECT data FROM {s}.trash WHERE id = %s")
+        self.trash_drop = q("DELETE FROM {s}.trash WHERE id = %s")
         self.snapshot = q("SELECT data FROM {s}.snapshots WHERE key = %s")
         self.put_snapshot = q(
             "INSERT INTO {s}.snapshots (key, data) SELECT key, %s FROM {s}.sessions "

@@ -94,6 +94,21 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         "snapshots stored uncompressed (opening reads them whole; pglz costs more than it saves)",
         ("ALTER TABLE {s}.snapshots ALTER COLUMN data SET STORAGE EXTERNAL",),
     ),
+    (
+        3,
+        "trash: sessions removed by retention cleanup, restorable until purged",
+        (
+            """CREATE TABLE IF NOT EXISTS {s}.trash (
+                key bytea NOT NULL,
+                id text NOT NULL,
+                deleted_at timestamptz NOT NULL,
+                reason text NOT NULL,
+                data bytea NOT NULL,
+                PRIMARY KEY (key, id)
+            )""",
+            "CREATE INDEX IF NOT EXISTS trash_id ON {s}.trash (id)",
+        ),
+    ),
 )
 
 #: The newest schema version this code knows.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -33,6 +34,7 @@ from ._errors import (
     StoreClosedError,
 )
 from ._fold import SessionState, fold, initial_state
+from ._lifecycle import TrashEntry
 from ._names import check_key
 from ._pg_common import (
     CatalogRecord,
@@ -301,6 +303,39 @@ class PostgresStore(BaseStore):
         with self._connection("delete") as conn:
             conn.execute(self._sql.unquarantine, (key.encode(),))
             return conn.execute(self._sql.delete, (key.encode(),)).rowcount > 0
+
+    # -- the trash (retention cleanup) ------------------------------------------------------------
+
+    def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
+        kb = key.encode()
+        with self._connection("trash") as conn:  # one transaction: in the store or in the trash
+            conn.execute(self._sql.lock_only, (kb,))
+            data = b"".join(bytes(r[0]) for r in conn.execute(self._sql.lines, (kb,), binary=True))
+            conn.execute(self._sql.trash, (kb, entry_id, when, reason, data))
+            conn.execute(self._sql.unquarantine, (kb,))
+            conn.execute(self._sql.delete, (kb,))
+        return f"{self._describe(key)} (trash {entry_id})"
+
+    def _untrash(self, entry: TrashEntry) -> None:
+        with self._connection("restore") as conn:
+            row = conn.execute(self._sql.trash_data, (entry.id,), binary=True).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"trash entry {entry.id}")
+        if self.import_bytes(entry.key, bytes(row[0])) == "clash":
+            raise InvalidEventError(f"cannot restore {entry.key!r}: a session with that key exists")
+        self._purge(entry)
+
+    def _purge(self, entry: TrashEntry) -> None:
+        with self._connection("purge") as conn:
+            conn.execute(self._sql.trash_drop, (entry.id,))
+
+    def _trash_entries(self) -> list[TrashEntry]:
+        with self._connection("trash") as conn:
+            rows = conn.execute(self._sql.trash_list, binary=True).fetchall()
+        return [
+            TrashEntry(str(r[0]), bytes(r[1]).decode(), r[2], str(r[3]), f"{self._where} trash")
+            for r in rows
+        ]
 
     # -- where a database does better than the generic code ----------------------------------
 
