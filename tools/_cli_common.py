@@ -61,13 +61,19 @@ def parse_point(text: str, option: str) -> Point:
 
 
 def open_store(
-    location: str | None, *, hash_key: str | None = None, create: bool = False
+    location: str | None,
+    *,
+    hash_key: str | None = None,
+    create: bool = False,
+    schema: str | None = None,
 ) -> BaseStore:
     """Open the store at ``location`` (a directory, or a ``postgresql://`` DSN)."""
     location = location or os.environ.get(STORE_ENV) or DEFAULT_STORE
     hash_key = hash_key or os.environ.get(HASH_KEY_ENV) or None
     if location.startswith(("postgresql://", "postgres://")):
-        return _open_postgres(location, hash_key)
+        return _open_postgres(location, hash_key, schema or "sessionlog")
+    if schema is not None:
+        raise CliError("--schema is for a PostgreSQL store; --store names a directory")
     path = Path(location).expanduser()
     if not path.exists():
         if not create:
@@ -77,16 +83,34 @@ def open_store(
             )
     elif not path.is_dir():
         raise CliError(f"{path} is not a store: it is a file, not a directory")
-    return FileStore(path, durability="batch", hash_key=hash_key)
+    return opened(FileStore(path, durability="batch", hash_key=hash_key))
 
 
-def _open_postgres(dsn: str, hash_key: str | None) -> BaseStore:
+#: Stores a command opened; :func:`close_opened` closes them when the command ends.
+_OPENED: list[BaseStore] = []
+
+
+def opened(store: BaseStore) -> BaseStore:
+    """Remember ``store`` so it is closed (writers synced, pools shut) when the command ends."""
+    _OPENED.append(store)
+    return store
+
+
+def close_opened() -> None:
+    """Close every store the command opened (even after an error)."""
+    while _OPENED:
+        _OPENED.pop().close()
+
+
+def _open_postgres(dsn: str, hash_key: str | None, schema: str) -> BaseStore:
     from eventlog import PostgresStore
 
     try:
-        return PostgresStore(dsn, hash_key=hash_key)
+        return opened(PostgresStore(dsn, hash_key=hash_key, schema=schema))
     except ImportError as exc:
-        raise CliError(f"PostgreSQL stores need the postgres extra: pip install '.[postgres]' ({exc})") from None
+        raise CliError(
+            f"PostgreSQL stores need the postgres extra: pip install '.[postgres]' ({exc})"
+        ) from None
 
 
 def warn(message: str) -> None:

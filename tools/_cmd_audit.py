@@ -57,7 +57,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     keys = [args.key] if args.key else store.keys()
     if args.key:
         _need_session(store, args.key)
@@ -120,7 +120,7 @@ def _recover_args(p: argparse.ArgumentParser) -> None:
 
 
 def _recover(args: argparse.Namespace) -> int:
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     console = make_console()
     with make_console(stderr=True).status("recovering: cutting torn tails, checking chains..."):
         report = replay.recover(store, skip_locked=args.skip_locked)
@@ -173,7 +173,7 @@ def _repair_args(p: argparse.ArgumentParser) -> None:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     _need_session(store, args.key)
     report = replay.repair(store, args.key)
     if args.json:
@@ -202,7 +202,7 @@ def _point(value: str | None, option: str) -> Any:
 def _timeline(args: argparse.Namespace) -> int:
     since = _point(args.since, "--since")
     until = _point(args.until, "--until")
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     _need_session(store, args.key)
     entries = replay.timeline(store, args.key, since=since, until=until)
     if args.json:
@@ -233,7 +233,7 @@ def _diff_args(p: argparse.ArgumentParser) -> None:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     _need_session(store, args.key)
     d = replay.diff(store, args.key, args.a, args.b)
     if args.json:

@@ -86,7 +86,7 @@ def _bounds(args: argparse.Namespace) -> dict[str, object]:
 
 def _show(args: argparse.Namespace) -> int:
     bounds = _bounds(args)
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     loaded = load_session(store, args.key)
     events = select_events(loaded.events, **bounds)  # type: ignore[arg-type]
     _warn_problems(loaded)
@@ -125,7 +125,7 @@ def _tail(args: argparse.Namespace) -> int:
         raise CliError(f"--lines must be >= 0, not {args.lines}")
     if args.idle_exit is not None and args.idle_exit <= 0:
         raise CliError(f"--idle-exit must be > 0, not {args.idle_exit}")
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     loaded = load_session(store, args.key)
     _warn_problems(loaded)
     if args.follow:
@@ -206,7 +206,7 @@ def _ls(args: argparse.Namespace) -> int:
         raise CliError("--limit and --offset must be >= 0")
     after = _time_option(args.created_after, "--created-after")
     before = _time_option(args.created_before, "--created-before")
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     rows = projections.list_sessions(
         store,
         prefix=args.prefix,
@@ -289,7 +289,7 @@ def _history(args: argparse.Namespace) -> int:
     if args.max_tokens < 0:
         raise CliError(f"--max-tokens must be >= 0, not {args.max_tokens}")
     point = parse_point(args.at, "--at") if args.at is not None else None
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     if not store.exists(args.key):
         raise CliError(f"no session {args.key!r} in the store (see: sessionlog ls)")
     if point is None:

@@ -57,7 +57,7 @@ def _sources(paths: list[str]) -> list[Path]:
 
 def _import(args: argparse.Namespace) -> int:
     files = _sources(args.paths)
-    store = open_store(args.store, hash_key=args.hash_key, create=True)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema, create=True)
     report = replay.ImportReport()
     with progress_bar(len(files), "importing") as bar:
         task = bar.add_task("import", total=len(files))
@@ -116,7 +116,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
 def _export(args: argparse.Namespace) -> int:
     if bool(args.key) == bool(args.all):
         raise CliError("give one KEY or --all")
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     keys = store.keys() if args.all else [args.key]
     if args.key and not store.exists(args.key):
         raise CliError(f"no session {args.key!r} in the store (see: sessionlog ls)")
@@ -171,7 +171,7 @@ def _stats_args(p: argparse.ArgumentParser) -> None:
 def _stats(args: argparse.Namespace) -> int:
     if args.budget is not None and args.budget <= 0:
         raise CliError(f"--budget must be > 0, not {args.budget}")
-    store = open_store(args.store, hash_key=args.hash_key)
+    store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     stats = projections.store_stats(store, budget=args.budget)
     if args.json:
         print_json(stats)

@@ -236,7 +236,8 @@ def fold_plan(state: SessionState, plan: projections.TrimPlan) -> SessionState:
         if plan.retract:
             events.append(Retracted(seq=seq + 2, ts=now, id="", count=plan.retract))
         events += [
-            MessageAppended.of(seq=seq + 3, ts=now, id="", message=m, tokens=0) for m in plan.reappend
+            MessageAppended.of(seq=seq + 3, ts=now, id="", message=m, tokens=0)
+            for m in plan.reappend
         ]
         if plan.consolidated is not None:
             events.append(Consolidated(seq=seq + 4, ts=now, id="", upto=plan.consolidated))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from eventlog import EventLogError
 
-from ._cli_common import STORE_ENV, CliError, Command
+from ._cli_common import STORE_ENV, CliError, Command, close_opened
 from ._commands import COMMANDS
 
 EPILOG = """\
@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"store directory or postgresql:// DSN (default: ${STORE_ENV} or ./sessions)",
     )
     common.add_argument("--hash-key", help="secret the logs' hash chain is keyed with")
+    common.add_argument(
+        "--schema", default=None, help="PostgreSQL schema of the store (default: sessionlog)"
+    )
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser = argparse.ArgumentParser(
         prog="sessionlog",
@@ -71,7 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
-        return run(args)
+        try:
+            return run(args)
+        finally:
+            close_opened()
     except KeyboardInterrupt:
         return 130
     except (CliError, EventLogError, OSError) as exc:
