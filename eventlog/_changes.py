@@ -156,7 +156,8 @@ class ChangeTable:
         self.path = os.path.join(root, CHANGES_NAME)
         self._root = root
         self._lock = threading.Lock()
-        self._fd = -1
+        #: (inode, device) of the mapped file: the path must still name it.
+        self._ident: tuple[int, int] | None = None
         self._map: mmap.mmap | None = None
         self._words: memoryview | None = None
         #: Monotonic time at or before which the mapping was last known to be the linked table.
@@ -227,13 +228,17 @@ class ChangeTable:
         """
         with self._lock:
             now = time.monotonic()
-            if self._fd >= 0 and self._map is not None:
+            if self._map is not None:
                 try:
-                    st = os.fstat(self._fd)
+                    st = os.stat(self.path, follow_symlinks=False)
                 except OSError:
                     usable = False
                 else:  # the size first: touching a mapping past the file's end is a SIGBUS
-                    usable = st.st_nlink > 0 and st.st_size == TABLE_SIZE and valid_table(self._map)
+                    usable = (
+                        (st.st_ino, st.st_dev) == self._ident
+                        and st.st_size == TABLE_SIZE
+                        and valid_table(self._map)
+                    )
                 if usable:
                     self._checked = now
                     return True
@@ -247,11 +252,10 @@ class ChangeTable:
 
     def _unmap(self) -> None:
         # The old map is dropped, not closed: another thread may still hold its memoryview.
+        # With the last reference gone, the mmap object unmaps and closes its descriptor.
         self._words = None
         self._map = None
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            os.close(fd)
+        self._ident = None
 
     def _map_table(self, create: bool) -> None:
         for _ in range(3):
@@ -272,12 +276,10 @@ class ChangeTable:
                     if not create or (head[:5] == MAGIC[:5] and head != MAGIC):
                         raise OSError(errno.EINVAL, "a corrupt change table, or another version")
                     self._replace_corrupt()
-                    os.close(fd)
                     continue
-            except BaseException:
-                os.close(fd)
-                raise
-            self._fd, self._map = fd, table
+            finally:
+                os.close(fd)  # the mmap keeps its own descriptor while it lives
+            self._map, self._ident = table, (st.st_ino, st.st_dev)
             self._words = memoryview(table).cast("Q")
             self._reseed()
             return

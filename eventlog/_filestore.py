@@ -225,6 +225,13 @@ class FileStore(BaseStore):
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r}, durability={self.durability!r})"
 
+    def close(self) -> None:
+        """Sync and close every open writer, then unmap the change table."""
+        try:
+            super().close()
+        finally:
+            self._changes.close()
+
     def _ensure_root(self) -> None:
         root = str(self.root)
         if os.path.islink(root):

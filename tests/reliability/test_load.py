@@ -12,7 +12,6 @@ import gc
 import os
 from pathlib import Path
 
-import pytest
 from soak_child import finish_soak, start_soak
 
 import projections
@@ -46,11 +45,6 @@ def test_no_event_lost_duplicated_or_interleaved_under_load(tmp_path: Path) -> N
     assert figures["lost"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FileStore.close() does not close its change table (.changes): one descriptor and "
-    "one mmap leak per store object; found by the soak (select() past fd 1024)",
-)
 def test_a_closed_store_keeps_no_descriptor_open(tmp_path: Path) -> None:
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))

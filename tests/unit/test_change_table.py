@@ -453,3 +453,15 @@ def test_the_file_is_rewritten_once_its_copy_can_be_trusted(
     spy = Spy(fresh)
     assert list_sessions(fresh) == expected(store)
     assert spy.scans == 0 and spy.stats == []  # ...so a fresh process trusts it at once
+
+
+def test_a_dropped_store_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    filled(tmp_path, 2).close()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        store = FileStore(tmp_path, durability="none")
+        list_sessions(store)  # maps the table
+        with store.session("bot:chan:0") as w:
+            w.append_message("user", "x")
+        del store, w  # never closed: the mapping goes with the object
+    assert len(os.listdir("/proc/self/fd")) == before
