@@ -29,6 +29,7 @@ from ._events import (
     Event,
     Header,
     KnownEvent,
+    MessageAppended,
     UnknownEvent,
 )
 from ._jsonbytes import escape_unsafe
@@ -79,7 +80,10 @@ def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tu
         encoded = _encoder.encode(event)
     except UnicodeEncodeError as exc:  # a lone surrogate: not text JSON can carry
         raise msgspec.EncodeError(f"a string is not valid Unicode: {exc}") from exc
-    body = escape_unsafe(encoded[:-1])  # the hash field closes the object
+    body = encoded[:-1]  # the hash field closes the object
+    if not (isinstance(event, MessageAppended) and event.id.isascii()):
+        # A message body was escaped when it was encoded, and its other fields are ASCII.
+        body = escape_unsafe(body)
     h = chain_hash(prev_h, body, key)
     return b"".join((body, _HASH_OPEN, h.encode("ascii"), _HASH_CLOSE, b"\n")), h
 

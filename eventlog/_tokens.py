@@ -47,7 +47,10 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     """Estimate a message's tokens from its UTF-8 length (about 4 bytes a token), at least 4."""
     size = 0
     for part in _counted_text(message):
-        size += len(part) if isinstance(part, bytes) else len(part.encode("utf-8", "surrogatepass"))
+        if isinstance(part, bytes) or part.isascii():
+            size += len(part)
+        else:
+            size += len(part.encode("utf-8", "surrogatepass"))
     return max(4, (size + 3) // 4 + 4)
 
 
