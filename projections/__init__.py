@@ -38,7 +38,14 @@ from ._trimming import (
     retain_recent_legal_suffix,
     truncate_to_budget,
 )
-from ._usage import context_start, context_tokens, token_usage_ratio
+from ._usage import (
+    StoreUsage,
+    context_start,
+    context_tokens,
+    store_usage,
+    token_usage_ratio,
+    usage_of,
+)
 
 __all__ = (
     "DEFAULT_MAX_MESSAGES",
@@ -52,6 +59,7 @@ __all__ = (
     "SessionID",
     "SessionInfo",
     "StoreStats",
+    "StoreUsage",
     "TrimPlan",
     "apply_plan",
     "catalog_heads",
@@ -77,7 +85,9 @@ __all__ = (
     "snapshot_status",
     "stats_of",
     "store_stats",
+    "store_usage",
     "token_usage_ratio",
     "truncate_to_budget",
+    "usage_of",
     "write_snapshot",
 )

@@ -10,7 +10,11 @@ Invariants:
 
 from __future__ import annotations
 
-from eventlog import SessionState
+from collections.abc import Iterable
+
+import msgspec
+
+from eventlog import BaseStore, SessionState, UsageTotals
 
 
 def context_start(state: SessionState) -> int:
@@ -35,3 +39,41 @@ def token_usage_ratio(state: SessionState, budget: int) -> float:
     if budget <= 0:
         return 0.0
     return context_tokens(state) / budget
+
+
+class StoreUsage(msgspec.Struct, kw_only=True):
+    """Provider-reported token usage over a whole store, in total, per model and per session."""
+
+    total: UsageTotals = msgspec.field(default_factory=UsageTotals)
+    by_model: dict[str, UsageTotals] = {}
+    by_session: dict[str, UsageTotals] = {}
+
+
+def _add(into: UsageTotals, more: UsageTotals) -> None:
+    into.calls += more.calls
+    into.prompt_tokens += more.prompt_tokens
+    into.completion_tokens += more.completion_tokens
+    into.cached_tokens += more.cached_tokens
+    into.total_tokens += more.total_tokens
+
+
+def usage_of(states: Iterable[SessionState]) -> StoreUsage:
+    """Add up the ``usage`` events of ``states`` (pure)."""
+    out = StoreUsage()
+    for state in states:
+        if not state.usage.calls:
+            continue
+        out.by_session[state.key] = state.usage
+        _add(out.total, state.usage)
+        for model, totals in state.usage_by_model.items():
+            _add(out.by_model.setdefault(model, UsageTotals()), totals)
+    return out
+
+
+def store_usage(store: BaseStore) -> StoreUsage:
+    """Provider-reported usage over every session of ``store`` (opens each session's state).
+
+    Each session's own totals are ``store.state(key).usage``; this reads every session (from
+    its snapshot when it has one), so it costs what opening them all costs.
+    """
+    return usage_of(store.state(key) for key in store.keys())

@@ -273,3 +273,16 @@ def test_unknown_session_and_bad_state_filter(store: BaseStore) -> None:
         store.cleanup(10, state="gone")
     with pytest.raises(InvalidEventError, match="must be callable"):
         store.on_end("not a function")  # type: ignore[arg-type]
+
+
+def test_usage_over_the_store(store: BaseStore) -> None:
+    import projections
+
+    store.session("a").record_usage(model="m1", prompt_tokens=10, completion_tokens=2)
+    store.session("b").record_usage(model="m1", prompt_tokens=5, completion_tokens=1)
+    store.session("b").record_usage(model="m2", prompt_tokens=1, completion_tokens=1)
+    store.session("quiet").append_message("user", "no LLM call yet")
+    usage = projections.store_usage(store)
+    assert (usage.total.calls, usage.total.total_tokens) == (3, 20)
+    assert usage.by_model["m1"].prompt_tokens == 15
+    assert sorted(usage.by_session) == ["a", "b"]
