@@ -49,6 +49,8 @@ _unknown_decoder = msgspec.json.Decoder(UnknownEvent)
 # What decoding a hostile (but correctly chained) line can raise besides msgspec's own errors:
 # nesting past msgspec's depth limit, and invalid UTF-8 in an object key.
 _UNREADABLE: Final = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
+
+
 def normalize_key(hash_key: bytes | str | None) -> bytes:
     """Return the blake2b key bytes for a secret given as bytes or text (empty: unkeyed)."""
     if hash_key is None:
@@ -90,7 +92,10 @@ def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tu
 
 def split_hash(line: bytes) -> tuple[bytes, str] | None:
     """Split a line (without its newline) into body and hash, or None if it has no hash field."""
-    if len(line) < SUFFIX_LEN + 2 or line[-SUFFIX_LEN : -SUFFIX_LEN + len(_HASH_OPEN)] != _HASH_OPEN:
+    if (
+        len(line) < SUFFIX_LEN + 2
+        or line[-SUFFIX_LEN : -SUFFIX_LEN + len(_HASH_OPEN)] != _HASH_OPEN
+    ):
         return None
     if line[-2:] != _HASH_CLOSE:
         return None
@@ -226,7 +231,9 @@ class LineDecoder:
             torn = TornTail(self.bad.line, self.bad.offset, self._buf, self.bad.reason)
             self.bad = None
             return torn
-        return TornTail(self.line_no + 1, self.offset, self._buf, "incomplete last line (no newline)")
+        return TornTail(
+            self.line_no + 1, self.offset, self._buf, "incomplete last line (no newline)"
+        )
 
     def _check(
         self, buf: bytes, view: memoryview, start: int, end: int, key: bytes
@@ -287,9 +294,7 @@ def _decode_unknown(line: bytes | memoryview) -> UnknownEvent | None:
     return msgspec.structs.replace(base, raw=raw)
 
 
-_KNOWN_TAGS: Final = frozenset(
-    t.__struct_config__.tag for t in KnownEvent.__args__
-)
+_KNOWN_TAGS: Final = frozenset(t.__struct_config__.tag for t in KnownEvent.__args__)
 
 
 def decode_log(

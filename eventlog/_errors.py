@@ -70,7 +70,9 @@ class LockedError(EventLogError):
 class StorageError(EventLogError):
     """The storage refused a write or a sync (disk full, I/O error); the log is left valid."""
 
-    def __init__(self, path: str, action: str, cause: str, *, durable_unknown: bool = False) -> None:
+    def __init__(
+        self, path: str, action: str, cause: str, *, durable_unknown: bool = False
+    ) -> None:
         super().__init__(f"{action} failed on {path}: {cause}")
         self.path = path
         self.action = action

@@ -252,7 +252,9 @@ def apply(state: SessionState, event: Event) -> SessionState:
     return state
 
 
-def fold(header: Header, events: Iterable[Event], state: SessionState | None = None) -> SessionState:
+def fold(
+    header: Header, events: Iterable[Event], state: SessionState | None = None
+) -> SessionState:
     """Fold ``events`` onto ``state`` (or onto the initial state of ``header``)."""
     if state is None:
         state = initial_state(header)

@@ -309,12 +309,20 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
                 data = raw.data
                 if expect_length is not None and len(data) != expect_length:
                     return None
-                if offset < 0 or offset > len(data) or (offset and data[offset - 1 : offset] != b"\n"):
-                    raise InvalidEventError(f"offset {offset} is not a line boundary of {raw.io.name}")
+                if (
+                    offset < 0
+                    or offset > len(data)
+                    or (offset and data[offset - 1 : offset] != b"\n")
+                ):
+                    raise InvalidEventError(
+                        f"offset {offset} is not a line boundary of {raw.io.name}"
+                    )
                 line = data.count(b"\n", 0, offset) + 1
                 if offset == len(data):
                     return CutReport(key, offset, 0, line, None)
-                where = self._quarantine(key, data[offset:], reason=reason, line=line, offset=offset)
+                where = self._quarantine(
+                    key, data[offset:], reason=reason, line=line, offset=offset
+                )
                 raw.io.truncate(offset)
                 if self.durability != "none":
                     raw.io.sync()
@@ -482,7 +490,9 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
             if self.durability != "none":
                 raw.io.sync()
             header = msgspec.structs.replace(header, h=h)
-            return fold(header, ()), OpenReport(key, created=not data, torn=torn, quarantine=quarantine)
+            return fold(header, ()), OpenReport(
+                key, created=not data, torn=torn, quarantine=quarantine
+            )
         restored = self._restore(key, data)
         decoded = restored[2] if restored is not None else self._decode(key, data)
         if decoded.bad is not None:

@@ -26,8 +26,10 @@ def _counted_text(message: Mapping[str, Any]) -> Iterator[str | bytes]:
         yield content
     elif isinstance(content, list):
         for part in content:
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(
-                part.get("text"), str
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
             ):
                 yield part["text"]
             else:

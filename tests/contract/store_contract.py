@@ -108,7 +108,7 @@ class StoreContract(abc.ABC):
         if self.persistent:
             store.close()
             return self.make_store(tmp_path, **kwargs)
-        for key in store.keys():  # noqa: SIM118 - a store, not a dict
+        for key in store.keys():
             store.session(key).close()
         return store
 

@@ -73,8 +73,6 @@ def test_every_line_we_write_validates(tmp_path: Path) -> None:
     ],
 )
 def test_schema_rejects_malformed_lines(tmp_path: Path, mutate: object) -> None:
-    line = next(
-        json.loads(x) for x in _every_kind_of_line(tmp_path) if b'"type":"message"' in x
-    )
+    line = next(json.loads(x) for x in _every_kind_of_line(tmp_path) if b'"type":"message"' in x)
     mutate(line)  # type: ignore[operator]
     assert list(VALIDATOR.iter_errors(line))

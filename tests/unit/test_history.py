@@ -36,7 +36,9 @@ def build(
     events: list[Event] = []
     for i, message in enumerate(messages):
         count = tokens[i] if tokens is not None else estimate_tokens(message)
-        events.append(MessageAppended.of(seq=i + 1, ts=TS, id=f"m{i}", message=message, tokens=count))
+        events.append(
+            MessageAppended.of(seq=i + 1, ts=TS, id=f"m{i}", message=message, tokens=count)
+        )
     seq = len(events)
     if compacted is not None:
         seq += 1
