@@ -121,22 +121,30 @@ class AsyncBaseStore:
             writer = self._writers.get(key)
             if writer is not None and not writer.closed:
                 return writer
-            opener = partial(self._sync._open_checked, key, create=create, metadata=metadata)
-            raw, state, report = await self._run(opener)
-            writer = AsyncSessionWriter(
-                key=key,
-                io=raw.io,
-                state=state,
-                durability=self._sync.durability,
-                hash_key=self._sync.hash_key,
-                token_counter=self._sync.token_counter,
-                batch_window=self._sync.batch_window,
-                sync_in_thread=self._offload,
-                on_close=self._forget,
-            )
+            writer, report = await self._make_writer(key, create=create, metadata=metadata)
             self._writers[key] = writer
-            self._reports[key] = report
+            if report is not None:
+                self._reports[key] = report
             return writer
+
+    async def _make_writer(
+        self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
+    ) -> tuple[AsyncSessionWriter, OpenReport | None]:
+        """Open ``key`` (under the store's opening lock) and wrap it in an async writer."""
+        opener = partial(self._sync._open_checked, key, create=create, metadata=metadata)
+        raw, state, report = await self._run(opener)
+        writer = AsyncSessionWriter(
+            key=key,
+            io=raw.io,
+            state=state,
+            durability=self._sync.durability,
+            hash_key=self._sync.hash_key,
+            token_counter=self._sync.token_counter,
+            batch_window=self._sync.batch_window,
+            sync_in_thread=self._offload,
+            on_close=self._forget,
+        )
+        return writer, report
 
     async def _forget(self, writer: AsyncSessionWriter) -> None:
         if self._writers.get(writer.key) is writer:

@@ -25,9 +25,9 @@ import anyio.to_thread
 
 from ._async_store import AsyncBaseStore
 from ._async_writer import AsyncSessionWriter
-from ._errors import StoreClosedError
 from ._fold import SessionState
 from ._postgres import PostgresStore
+from ._store import OpenReport
 from ._writeapi import Draft
 from ._writer import SessionWriter
 
@@ -132,29 +132,17 @@ class AsyncPostgresStore(AsyncBaseStore):
         assert isinstance(writer, AsyncPostgresSessionWriter)
         return writer
 
-    async def _session(
+    async def _make_writer(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
-    ) -> AsyncSessionWriter:
-        if self._opening is None:
-            self._opening = anyio.Lock()
-        async with self._opening:
-            if self._closed:
-                raise StoreClosedError("the store is closed")
-            writer = self._writers.get(key)
-            if writer is not None and not writer.closed:
-                return writer
-            opener: Callable[[], SessionWriter] = (
-                partial(self._pg.session, key, metadata=metadata)
-                if create
-                else partial(self._pg.open, key)
-            )
-            sync_writer = await anyio.to_thread.run_sync(opener)
-            writer = AsyncPostgresSessionWriter(sync_writer, on_close=self._forget)
-            self._writers[key] = writer
-            report = self._pg.open_report(key)
-            if report is not None:
-                self._reports[key] = report
-            return writer
+    ) -> tuple[AsyncSessionWriter, OpenReport | None]:
+        opener: Callable[[], SessionWriter] = (
+            partial(self._pg.session, key, metadata=metadata)
+            if create
+            else partial(self._pg.open, key)
+        )
+        sync_writer = await anyio.to_thread.run_sync(opener)
+        writer = AsyncPostgresSessionWriter(sync_writer, on_close=self._forget)
+        return writer, self._pg.open_report(key)
 
     async def state(self, key: str) -> SessionState:
         """The current folded state of ``key`` (what every writer has committed)."""
