@@ -85,6 +85,7 @@ from ._postgres_async import AsyncPostgresStore
 from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
 from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
 from ._views import LogStat, SnapshotStatus, ViewStorage
+from ._writeapi import CompactionResult
 from ._writer import DURABILITIES, Durability, SessionIO, SessionWriter, new_event_id
 
 __all__ = (
@@ -110,6 +111,7 @@ __all__ = (
     "CommitUnknownError",
     "Compacted",
     "Compaction",
+    "CompactionResult",
     "ConflictError",
     "Consolidated",
     "CopiedSession",

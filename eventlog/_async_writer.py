@@ -35,11 +35,13 @@ from ._errors import StorageError, StoreClosedError
 from ._events import KnownEvent
 from ._fold import SessionState, apply
 from ._tokens import TokenCounter
-from ._writeapi import Draft, WriteAPI, stage
+from ._writeapi import CompactionResult, Draft, WriteAPI, stage
 from ._writer import Durability, SessionIO
 
 
-class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int]]):
+class AsyncSessionWriter(
+    WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, CompactionResult]]
+):
     """Appends events to one session from async code; from ``await store.session(key)``.
 
     Same methods as :class:`SessionWriter`; each write is awaited and resolves to its seq.
@@ -124,6 +126,11 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int]]):
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"the writer for session {self.key!r} is closed")
+
+    async def _then(
+        self, result: Coroutine[Any, Any, int], make: Callable[[int], CompactionResult]
+    ) -> CompactionResult:
+        return make(await result)
 
     async def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
         # The cancel point before the write: a cancelled append writes nothing. With

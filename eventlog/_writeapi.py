@@ -51,7 +51,27 @@ from ._jsonbytes import encode_json
 from ._tokens import TokenCounter
 
 _encode = msgspec.json.Encoder().encode
-_R = TypeVar("_R", covariant=True)
+_R = TypeVar("_R")
+_RC = TypeVar("_RC", covariant=True)
+
+
+class CompactionResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What :meth:`WriteAPI.compact` recorded (seed 004's ``CompactionResult``)."""
+
+    seq: int
+    summary: str
+    upto: int
+    removed_messages: int
+    preserved_messages: int
+    tokens_before: int
+    tokens_after: int
+    duration: float = 0.0
+    model: str | None = None
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the summary saved (before minus after)."""
+        return self.tokens_before - self.tokens_after
 
 #: Builds the event that follows ``state`` at (seq, ts, id); may raise InvalidEventError.
 MakeEvent = Callable[[SessionState, int, datetime, str], KnownEvent]
@@ -156,8 +176,9 @@ class _Named(Protocol):
     name: str
 
 
-class WriteAPI(abc.ABC, Generic[_R]):
-    """The write methods both writers share; ``_R`` is ``int`` or a coroutine of ``int``.
+class WriteAPI(abc.ABC, Generic[_R, _RC]):
+    """The write methods both writers share; ``_R`` is ``int`` or a coroutine of ``int``
+    (``_RC`` likewise for :class:`CompactionResult`).
 
     Every write method accepts ``expected_seq=`` (raise :class:`ConflictError` unless the log's
     last seq equals it, writing nothing) and ``id=`` (an event id; appending an id already in the
@@ -195,6 +216,10 @@ class WriteAPI(abc.ABC, Generic[_R]):
     @abc.abstractmethod
     def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> _R:
         """Stage, write and fold ``draft`` under the writer's serialisation."""
+
+    @abc.abstractmethod
+    def _then(self, result: _R, make: Callable[[int], CompactionResult]) -> _RC:
+        """``make(seq)`` once ``result`` (a seq, or a coroutine of one) is in."""
 
     def _write(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> _R:
         return self._submit(draft, check_expected_seq(expected_seq), check_event_id(event_id))
@@ -302,7 +327,7 @@ class WriteAPI(abc.ABC, Generic[_R]):
         expected_seq: int | None = None,
         id: str | None = None,
         **extra: Any,
-    ) -> _R:
+    ) -> _RC:
         """Record a compaction: ``summary`` now stands for the first ``upto`` live messages.
 
         The library never calls a model: pass what your summariser produced (``duration`` in
@@ -339,7 +364,24 @@ class WriteAPI(abc.ABC, Generic[_R]):
                 model=model,
             )
 
-        return self._write(Draft(make, lambda: _unserialisable(extra)), expected_seq, id)
+        def result(seq: int) -> CompactionResult:
+            done = self._state.compaction
+            mine = done is not None and done.seq == seq
+            return CompactionResult(
+                seq=seq,
+                summary=summary,
+                upto=upto,
+                removed_messages=done.removed if mine and done else (removed or upto),
+                preserved_messages=done.kept if mine and done else (kept or 0),
+                tokens_before=tokens_before,
+                tokens_after=tokens_after,
+                duration=float(duration),
+                model=model,
+            )
+
+        return self._then(
+            self._write(Draft(make, lambda: _unserialisable(extra)), expected_seq, id), result
+        )
 
     def trim(
         self,

@@ -31,7 +31,7 @@ from ._errors import InvalidEventError, StorageError, StoreClosedError
 from ._events import KnownEvent
 from ._fold import SessionState, apply
 from ._tokens import TokenCounter
-from ._writeapi import Draft, Staged, WriteAPI, new_event_id, stage
+from ._writeapi import CompactionResult, Draft, Staged, WriteAPI, new_event_id, stage
 
 Durability = Literal["always", "batch", "none"]
 DURABILITIES: tuple[str, ...] = ("always", "batch", "none")
@@ -71,7 +71,7 @@ def check_durability(durability: str) -> Durability:
 _NO_TRANSACTION = nullcontext()
 
 
-class SessionWriter(WriteAPI[int]):
+class SessionWriter(WriteAPI[int, CompactionResult]):
     """Appends events to one session; obtained from ``store.session(key)``.
 
     Every write method accepts ``expected_seq=`` (raise :class:`ConflictError` unless the log's
@@ -162,6 +162,9 @@ class SessionWriter(WriteAPI[int]):
         """Fold in events other writers appended (shared stores only); return the last seq."""
         with self._lock, self._transaction():
             return self._state.seq
+
+    def _then(self, result: int, make: Callable[[int], CompactionResult]) -> CompactionResult:
+        return make(result)
 
     def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
         with self._lock, self._transaction():

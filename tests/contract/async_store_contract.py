@@ -63,7 +63,8 @@ async def write_conversation(s: AsyncSessionWriter) -> None:
     await s.append_message_dict({"role": "assistant", "content": "Go in April \u2028 \U0001f338"})
     await s.update_metadata(set={"title": "Kyoto trip", "_last_summary": "old"}, unset=["x"])
     await s.mark_consolidated(2)
-    await s.compact("The user plans Kyoto.", 3, tokens_before=900, tokens_after=120)
+    done = await s.compact("The user plans Kyoto.", 3, tokens_before=900, tokens_after=120)
+    assert done.tokens_saved == 780 and done.removed_messages == 3
     await s.append_message("assistant", "partial")
     await s.retract()
     await s.trim(1, "retain_suffix")

@@ -58,9 +58,11 @@ def test_bad_policies_are_refused(kwargs: dict[str, object]) -> None:
 
 def test_compact_records_the_summariser_figures() -> None:
     writer, _ = _session()
-    writer.compact(
+    result = writer.compact(
         "summary of 1-6", upto=6, tokens_before=1000, tokens_after=150, duration=2.5, model="m"
     )
+    assert (result.seq, result.removed_messages, result.preserved_messages) == (11, 6, 4)
+    assert (result.tokens_saved, result.duration, result.model) == (850, 2.5, "m")
     done = writer.state.compaction
     assert done is not None
     assert (done.removed, done.kept, done.tokens_saved) == (6, 4, 850)
