@@ -39,9 +39,7 @@ from ._writeapi import CompactionResult, Draft, WriteAPI, stage
 from ._writer import Durability, SessionIO
 
 
-class AsyncSessionWriter(
-    WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, CompactionResult]]
-):
+class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, CompactionResult]]):
     """Appends events to one session from async code; from ``await store.session(key)``.
 
     Same methods as :class:`SessionWriter`; each write is awaited and resolves to its seq.

@@ -73,6 +73,7 @@ class CompactionResult(msgspec.Struct, frozen=True, kw_only=True):
         """Tokens the summary saved (before minus after)."""
         return self.tokens_before - self.tokens_after
 
+
 #: Builds the event that follows ``state`` at (seq, ts, id); may raise InvalidEventError.
 MakeEvent = Callable[[SessionState, int, datetime, str], KnownEvent]
 
