@@ -82,7 +82,8 @@ from ._pg_io import CommitUnknownError
 from ._pg_schema import SchemaVersionError
 from ._postgres import PostgresStore
 from ._postgres_async import AsyncPostgresStore
-from ._store import BaseStore, CutReport, LoadedLog, OpenReport, Store
+from ._store import BaseStore
+from ._store_types import CutReport, LoadedLog, OpenReport, Store
 from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
 from ._views import LogStat, SnapshotStatus, ViewStorage
 from ._writeapi import CompactionResult

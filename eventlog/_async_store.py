@@ -31,7 +31,8 @@ from ._filestore import FileStore
 from ._fold import SessionState
 from ._memstore import MemoryStore
 from ._names import check_key
-from ._store import BaseStore, LoadedLog, OpenReport
+from ._store import BaseStore
+from ._store_types import LoadedLog, OpenReport
 from ._tokens import TokenCounter
 from ._writer import Durability
 

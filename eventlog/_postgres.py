@@ -54,7 +54,8 @@ from ._pg_io import _PgIO
 from ._pg_notify import NotifyWaker
 from ._pg_schema import migrate
 from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume
-from ._store import BaseStore, CutReport, OpenReport, RawSession
+from ._store import BaseStore
+from ._store_types import CutReport, OpenReport, RawSession
 from ._tokens import TokenCounter
 from ._views import LogStat
 from ._writer import Durability, SessionWriter

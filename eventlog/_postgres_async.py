@@ -27,7 +27,7 @@ from ._async_store import AsyncBaseStore
 from ._async_writer import AsyncSessionWriter
 from ._fold import SessionState
 from ._postgres import PostgresStore
-from ._store import OpenReport
+from ._store_types import OpenReport
 from ._writeapi import Draft
 from ._writer import SessionWriter
 
