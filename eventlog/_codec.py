@@ -251,7 +251,9 @@ class LineDecoder:
         h = hasher.hexdigest()
         if buf[end - 34 : end - 2] != h.encode("ascii"):
             return "hash mismatch (edited, reordered, or written with another key)"
-        line = view[start:end]
+        # Decode from a copy of just this line: a message's body (msgspec.Raw) references the
+        # buffer it was decoded from, and must not keep the whole log (or chunk) alive.
+        line = buf[start:end]
         if self.expect_header:
             try:
                 header = _header_decoder.decode(line)

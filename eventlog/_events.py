@@ -103,6 +103,13 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
         """The message dict (decoded from ``body`` on first use, then kept)."""
         return _decode_message(self.body)
 
+    def detached(self) -> MessageAppended:
+        """A copy whose body owns its bytes (a body decoded from a buffer keeps it alive)."""
+        event = msgspec.structs.replace(self, body=msgspec.Raw(bytes(self.body)))
+        if "message" in self.__dict__:
+            event.__dict__["message"] = self.__dict__["message"]
+        return event
+
     def with_hash(self, h: str) -> MessageAppended:
         """A copy with chain hash ``h`` that keeps the decoded message."""
         event = msgspec.structs.replace(self, h=h)

@@ -123,7 +123,12 @@ def state_at(
     if seq is not None and last < seq:
         raise PointNotFoundError(path, f"seq {seq} is past the end of the log (seq {last})")
     with paused_gc():
-        return fold(start, events)
+        state = fold(start, events)
+    if fast is not None:
+        # The fast path decodes message bodies in place: give the live ones their own bytes so
+        # the returned state does not keep the whole log buffer alive.
+        state.messages = [m.detached() for m in state.messages]
+    return state
 
 
 def _end_of_line(data: bytes, line: int) -> int:
