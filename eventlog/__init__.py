@@ -1,6 +1,6 @@
 """The write side: event types, the line codec and hash chain, the fold, stores and writers.
 
->>> from eventlog import MemoryStore
+>>> from sessionledger.eventlog import MemoryStore
 >>> store = MemoryStore()
 >>> s = store.session("telegram:42")
 >>> s.append_message("user", "Plan a trip to Kyoto")

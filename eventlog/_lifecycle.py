@@ -29,7 +29,7 @@ from ._fold import SessionState
 if TYPE_CHECKING:
     from ._writer import SessionWriter
 
-logger = logging.getLogger("eventlog.lifecycle")
+logger = logging.getLogger("sessionledger.eventlog.lifecycle")
 
 #: An end hook: called with the session's final state and the end reason.
 EndHook = Callable[[SessionState, str], object]

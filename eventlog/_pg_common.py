@@ -300,7 +300,7 @@ def require_psycopg() -> None:
     except ImportError as exc:
         raise ModuleNotFoundError(
             "the PostgreSQL store needs psycopg 3 and psycopg_pool: "
-            "pip install 'sessionlog[postgres]'"
+            "pip install 'sessionledger[postgres]'"
         ) from exc
 
 

@@ -68,7 +68,7 @@ class TiktokenCounter:
             import tiktoken
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
-                "TiktokenCounter needs the tiktoken extra: pip install 'sessionlog[tiktoken]'"
+                "TiktokenCounter needs the tiktoken extra: pip install 'sessionledger[tiktoken]'"
             ) from exc
         self._enc: _Encoding = tiktoken.get_encoding(encoding_name)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
-from eventlog import (
+from sessionledger.eventlog import (
     FORMAT_NAME,
     ZERO_HASH,
     BaseStore,

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-from eventlog import (
+from sessionledger.eventlog import (
     EVENT_TYPES,
     Cleared,
     Compacted,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eventlog import InvalidEventError, SessionState
+from sessionledger.eventlog import InvalidEventError, SessionState
 
 from ._usage import token_usage_ratio
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from eventlog import MessageAppended, SessionState, estimate_tokens
+from sessionledger.eventlog import MessageAppended, SessionState, estimate_tokens
 
 from ._orphans import legal_start
 from ._sanitize import image_breadcrumb, sanitize_assistant_text

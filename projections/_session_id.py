@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from eventlog import InvalidEventError
+from sessionledger.eventlog import InvalidEventError
 
 
 class SessionID(msgspec.Struct, frozen=True, kw_only=True):

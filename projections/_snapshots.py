@@ -8,7 +8,7 @@ is ignored when opening.
 
 from __future__ import annotations
 
-from eventlog import BaseStore, SnapshotStatus
+from sessionledger.eventlog import BaseStore, SnapshotStatus
 
 
 def snapshot_status(store: BaseStore, key: str) -> SnapshotStatus:

@@ -14,7 +14,7 @@ from collections import Counter
 
 import msgspec
 
-from eventlog import BaseStore, InvalidEventError
+from sessionledger.eventlog import BaseStore, InvalidEventError
 
 from ._catalog import catalog_rows
 from ._catalog_row import SessionInfo

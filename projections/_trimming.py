@@ -23,7 +23,13 @@ from typing import Any
 
 import msgspec
 
-from eventlog import InvalidEventError, MessageAppended, SessionState, SessionWriter, TrimReason
+from sessionledger.eventlog import (
+    InvalidEventError,
+    MessageAppended,
+    SessionState,
+    SessionWriter,
+    TrimReason,
+)
 
 from ._orphans import legal_start, orphaned_tool_indices
 

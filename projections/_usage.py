@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from eventlog import BaseStore, SessionState, UsageTotals
+from sessionledger.eventlog import BaseStore, SessionState, UsageTotals
 
 
 def context_start(state: SessionState) -> int:

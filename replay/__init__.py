@@ -1,7 +1,7 @@
 """Replay: crash recovery, verify and repair, time travel, audit timeline, import/export, follow.
 
->>> from eventlog import MemoryStore
->>> import replay
+>>> from sessionledger.eventlog import MemoryStore
+>>> from sessionledger import replay
 >>> store = MemoryStore()
 >>> s = store.session("telegram:42")
 >>> s.append_message("user", "Plan a trip to Kyoto")
@@ -16,6 +16,8 @@ True
 ['metadata: set title']
 """
 
+import typing as _typing
+
 from ._errors import ForeignFormatError, PointNotFoundError, RecoverRefusedError
 from ._export import (
     ExportedFile,
@@ -27,9 +29,6 @@ from ._export import (
     nanobot_name,
 )
 from ._follow import Follow, PollingWaker, Waker, follow
-from ._import_json import SessionData, import_session_json, parse_session_json
-from ._import_log import import_log, import_path
-from ._import_nanobot import NanobotSession, import_nanobot, parse_nanobot
 from ._importing import ImportReport, SessionImport
 from ._recover import recover
 from ._repair import RepairReport, repair
@@ -45,6 +44,39 @@ from ._timeline import (
 )
 from ._timetravel import state_at
 from ._verify import check_log, verify, verify_session
+
+if _typing.TYPE_CHECKING:
+    from ._import_json import SessionData, import_session_json, parse_session_json
+    from ._import_log import import_log, import_path
+    from ._import_nanobot import NanobotSession, import_nanobot, parse_nanobot
+
+# The importers validate foreign files with pydantic; it loads only when one of them is used.
+_LAZY = {
+    "SessionData": "_import_json",
+    "import_session_json": "_import_json",
+    "parse_session_json": "_import_json",
+    "import_log": "_import_log",
+    "import_path": "_import_log",
+    "NanobotSession": "_import_nanobot",
+    "import_nanobot": "_import_nanobot",
+    "parse_nanobot": "_import_nanobot",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = (
     "CompactionChange",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventlog import EventLogError, LockedError
+from sessionledger.eventlog import EventLogError, LockedError
 
 
 class ForeignFormatError(EventLogError, ValueError):

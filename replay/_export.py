@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from eventlog import BaseStore, CorruptLogError, SessionState, decode_log, key_to_stem
+from sessionledger.eventlog import BaseStore, CorruptLogError, SessionState, decode_log, key_to_stem
 
 from ._views import where
 

@@ -23,7 +23,7 @@ from typing import Any, Final, Union, get_args, get_origin
 
 import msgspec
 
-from eventlog import EVENT_TYPES, FORMAT_NAME, ZERO_HASH, Header, KnownEvent
+from sessionledger.eventlog import EVENT_TYPES, FORMAT_NAME, ZERO_HASH, Header, KnownEvent
 
 _HASH_OPEN: Final = b',"h":"'
 _HASH_CLOSE: Final = b'"}'

@@ -23,7 +23,7 @@ from typing import Protocol, Self, runtime_checkable
 import anyio
 import anyio.to_thread
 
-from eventlog import ZERO_HASH, BaseStore, CorruptLogError, Event, Header, LineDecoder
+from sessionledger.eventlog import ZERO_HASH, BaseStore, CorruptLogError, Event, Header, LineDecoder
 
 from ._views import where
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eventlog import BaseStore, MessageAppended, decode_log
+from sessionledger.eventlog import BaseStore, MessageAppended, decode_log
 
 from ._errors import ForeignFormatError
 from ._import_json import import_session_json

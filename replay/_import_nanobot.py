@@ -26,7 +26,7 @@ from typing import Any
 
 import pydantic
 
-from eventlog import BaseStore
+from sessionledger.eventlog import BaseStore
 
 from ._errors import ForeignFormatError
 from ._importing import (

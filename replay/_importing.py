@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from eventlog import (
+from sessionledger.eventlog import (
     BaseStore,
     Consolidated,
     Header,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from eventlog import BaseStore, LockedError, SessionNotFoundError
+from sessionledger.eventlog import BaseStore, LockedError, SessionNotFoundError
 
 from ._errors import RecoverRefusedError
 from ._report import Finding, RecoverReport, SessionRecover

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eventlog import BaseStore, NotALogError, decode_log
+from sessionledger.eventlog import BaseStore, NotALogError, decode_log
 
 from ._verify import _check_decoded
 from ._views import rebuild_snapshot, refresh_catalog, where

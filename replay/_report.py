@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
-from eventlog import ZERO_HASH
+from sessionledger.eventlog import ZERO_HASH
 
 
 class Finding(NamedTuple):

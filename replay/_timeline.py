@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog import (
+from sessionledger.eventlog import (
     BaseStore,
     Compacted,
     Compaction,

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from eventlog import (
+from sessionledger.eventlog import (
     BaseStore,
     CorruptLogError,
     NotALogError,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eventlog import (
+from sessionledger.eventlog import (
     FORMAT_VERSION,
     BaseStore,
     Decoded,

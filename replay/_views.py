@@ -14,8 +14,8 @@ from typing import Final
 
 import msgspec
 
-import projections
-from eventlog import BaseStore, EventLogError
+from sessionledger import projections
+from sessionledger.eventlog import BaseStore, EventLogError
 
 
 def where(store: BaseStore, key: str) -> str:

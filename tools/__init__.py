@@ -1,3 +1,3 @@
-"""Tools on top of the library: the ``sessionlog`` CLI, benchmarks, framework adapters."""
+"""Tools on top of the library: the ``sessionledger`` CLI, benchmarks, framework adapters."""
 
 __all__: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""``python -m tools``: the ``sessionlog`` command line."""
+"""``python -m sessionledger.tools``: the ``sessionledger`` command line."""
 
 import sys
 

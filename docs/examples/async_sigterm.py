@@ -13,7 +13,7 @@ import sys
 
 import anyio
 
-from eventlog import AsyncFileStore
+from sessionledger.eventlog import AsyncFileStore
 
 
 async def agent(store: AsyncFileStore, key: str, acked: dict[str, int]) -> None:

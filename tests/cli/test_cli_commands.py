@@ -1,4 +1,4 @@
-"""Every ``sessionlog`` command through its entry point: text, ``--json`` and exit codes."""
+"""Every ``sessionledger`` command through its entry point: text, ``--json`` and exit codes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import FileStore
-from tools._demo import write_conversation
-from tools.cli import main
+from sessionledger.eventlog import FileStore
+from sessionledger.tools.cli import main
+from sessionledger.tools.cli._demo import write_conversation
 
 KEY = "agent:telegram:42"
 
@@ -190,7 +190,7 @@ def test_tail_follow_sees_another_process(store_dir: Path) -> None:
 
 def test_pipe_gets_no_colour(store_dir: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tools", "ls", "--store", str(store_dir)],
+        [sys.executable, "-m", "sessionledger.tools", "ls", "--store", str(store_dir)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -207,12 +207,14 @@ def test_bench_list(capsys: pytest.CaptureFixture[str]) -> None:
 def test_commands_on_a_postgres_dsn(capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
-    dsn = os.environ.get("SESSIONLOG_TEST_PG")
+    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
     if not dsn:
-        pytest.skip("PostgreSQL tests need a server: set SESSIONLOG_TEST_PG (see docs/postgres.md)")
+        pytest.skip(
+            "PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG (see docs/postgres.md)"
+        )
     import psycopg
 
-    from eventlog import PostgresStore
+    from sessionledger.eventlog import PostgresStore
 
     schema = f"t_{os.urandom(6).hex()}"
     with PostgresStore(dsn, schema=schema) as store:

@@ -1,4 +1,4 @@
-"""``sessionlog show`` and ``tail``: text, JSON, errors, and no colour in pipes."""
+"""``sessionledger show`` and ``tail``: text, JSON, errors, and no colour in pipes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import FileStore
-from tools._demo import write_conversation
-from tools.cli import main
+from sessionledger.eventlog import FileStore
+from sessionledger.tools.cli import main
+from sessionledger.tools.cli._demo import write_conversation
 
 KEY = "telegram:42"
 

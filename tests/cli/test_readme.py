@@ -19,15 +19,15 @@ def _blocks(lang: str) -> list[str]:
 
 def test_first_two_commands_are_demo_then_tests() -> None:
     commands = [line for line in _blocks("bash")[0].splitlines() if line.strip()]
-    assert commands[0].endswith("sessionlog demo")
+    assert commands[0].endswith("sessionledger demo")
     assert "pytest" in commands[1]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert commands[1] in ci, ".ci/run must run the README's test command verbatim"
 
 
 def test_demo_command_runs(tmp_path: Path) -> None:
-    exe = shutil.which("sessionlog", path=os.path.dirname(sys.executable))
-    command = [exe, "demo"] if exe else [sys.executable, "-m", "tools", "demo"]
+    exe = shutil.which("sessionledger", path=os.path.dirname(sys.executable))
+    command = [exe, "demo"] if exe else [sys.executable, "-m", "sessionledger.tools", "demo"]
     done = subprocess.run(
         command, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
     )

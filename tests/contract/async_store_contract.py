@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     AsyncBaseStore,
     AsyncSessionWriter,
     Cleared,

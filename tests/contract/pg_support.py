@@ -1,4 +1,4 @@
-"""Fixtures of the PostgreSQL tests: the server from ``SESSIONLOG_TEST_PG``, one schema per test.
+"""Fixtures of the PostgreSQL tests: the server from ``SESSIONLEDGER_TEST_PG``, one schema per test.
 
 Without the variable every PostgreSQL test is skipped with a message saying how to run it.
 Each test gets a fresh schema named ``t_<random>`` that is dropped afterwards, so parallel runs
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from eventlog import PostgresStore
+from sessionledger.eventlog import PostgresStore
 
-ENV = "SESSIONLOG_TEST_PG"
+ENV = "SESSIONLEDGER_TEST_PG"
 SKIP_REASON = (
     f"PostgreSQL tests need a server: set {ENV}, e.g. "
     f"{ENV}=postgresql://postgres@127.0.0.1:5432/test (see docs/postgres.md)"
@@ -41,7 +41,7 @@ def drop_schema(dsn: str, schema: str) -> None:
 
 @pytest.fixture
 def dsn() -> str:
-    """The test server's DSN (skips without ``SESSIONLOG_TEST_PG``)."""
+    """The test server's DSN (skips without ``SESSIONLEDGER_TEST_PG``)."""
     return pg_dsn()
 
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     BaseStore,
     Cleared,
     Compacted,

@@ -7,7 +7,7 @@ from typing import Any
 
 from async_store_contract import AsyncStoreContract
 
-from eventlog import AsyncBaseStore, AsyncMemoryStore
+from sessionledger.eventlog import AsyncBaseStore, AsyncMemoryStore
 
 
 class TestAsyncMemoryStore(AsyncStoreContract):

@@ -7,7 +7,7 @@ from typing import Any
 
 from store_contract import StoreContract
 
-from eventlog import BaseStore, FileStore
+from sessionledger.eventlog import BaseStore, FileStore
 
 
 class TestFileStore(StoreContract):

@@ -7,7 +7,7 @@ from typing import Any
 
 from store_contract import StoreContract
 
-from eventlog import BaseStore, MemoryStore
+from sessionledger.eventlog import BaseStore, MemoryStore
 
 
 class TestMemoryStore(StoreContract):

@@ -1,7 +1,7 @@
 # ruff: noqa: F811 - the fixtures imported from pg_support are named as test arguments
 """The async store contract on AsyncPostgresStore, on asyncio and trio, plus its own behaviours.
 
-Skipped without ``SESSIONLOG_TEST_PG``; each ``tmp_path`` names its own schema, dropped after.
+Skipped without ``SESSIONLEDGER_TEST_PG``; each ``tmp_path`` names its own schema, dropped after.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from async_store_contract import AsyncStoreContract
 from pg_support import drop_schema, dsn, schema  # noqa: F401
 
-from eventlog import AsyncBaseStore, AsyncPostgresStore, ConflictError, PostgresStore
+from sessionledger.eventlog import AsyncBaseStore, AsyncPostgresStore, ConflictError, PostgresStore
 
 _RUN = uuid.uuid4().hex
 

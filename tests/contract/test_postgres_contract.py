@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - the fixture imported from pg_support is named as a test argument
-"""The store contract on the PostgreSQL store (skipped without ``SESSIONLOG_TEST_PG``).
+"""The store contract on the PostgreSQL store (skipped without ``SESSIONLEDGER_TEST_PG``).
 
 Each test's ``tmp_path`` names its own schema, so "reopen" is a new store on the same schema;
 the schemas are dropped afterwards.
@@ -17,7 +17,7 @@ import pytest
 from pg_support import drop_schema, dsn  # noqa: F401
 from store_contract import StoreContract
 
-from eventlog import BaseStore, PostgresStore
+from sessionledger.eventlog import BaseStore, PostgresStore
 
 _RUN = uuid.uuid4().hex
 

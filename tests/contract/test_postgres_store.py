@@ -1,7 +1,7 @@
 # ruff: noqa: F811 - the fixtures imported from pg_support are named as test arguments
 """The PostgreSQL store: same bytes as files, many writers, faults, schema versions.
 
-Every test runs against the server named by ``SESSIONLOG_TEST_PG`` in a schema of its own; each
+Every test runs against the server named by ``SESSIONLEDGER_TEST_PG`` in a schema of its own; each
 ``make_pg()`` call is a separate store with its own connection pool, standing in for another
 process or machine.
 """
@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from pg_support import StoreFactory, dsn, make_pg, schema  # noqa: F401
 
-from eventlog import (
+from sessionledger.eventlog import (
     CommitUnknownError,
     ConflictError,
     CorruptLogError,
@@ -32,8 +32,8 @@ from eventlog import (
     decode_log,
     verify_chain,
 )
-from eventlog._pg_io import _PgIO
-from eventlog._pg_schema import SCHEMA_VERSION
+from sessionledger.eventlog._pg_io import _PgIO
+from sessionledger.eventlog._pg_schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.postgres
 
@@ -504,7 +504,7 @@ def test_decoded_export_has_the_header_first(make_pg: StoreFactory) -> None:
 
 
 def test_catalog_listing_equals_the_file_stores(make_pg: StoreFactory, tmp_path: Path) -> None:
-    import projections
+    from sessionledger import projections
 
     files = FileStore(tmp_path, durability="none")
     keys = [
@@ -557,7 +557,7 @@ def test_catalog_listing_equals_the_file_stores(make_pg: StoreFactory, tmp_path:
 
 
 def test_follow_wakes_on_notify_not_polling(make_pg: StoreFactory) -> None:
-    import replay
+    from sessionledger import replay
 
     pg, writer_store = make_pg(), make_pg()
     pg.session("f:1").append_message("user", "before")
@@ -584,7 +584,7 @@ def test_follow_wakes_on_notify_not_polling(make_pg: StoreFactory) -> None:
 async def test_follow_async_wakes_on_notify(make_pg: StoreFactory) -> None:
     import anyio
 
-    import replay
+    from sessionledger import replay
 
     pg = make_pg()
     pg.session("f:2").append_message("user", "one")
@@ -608,7 +608,7 @@ async def test_follow_async_wakes_on_notify(make_pg: StoreFactory) -> None:
 
 
 def test_copy_store_files_to_postgres_and_back(make_pg: StoreFactory, tmp_path: Path) -> None:
-    from eventlog import copy_store
+    from sessionledger.eventlog import copy_store
 
     files = FileStore(tmp_path / "src", durability="none")
     for key in ("telegram:42", "slack:7", "odd key \u2028 ü"):

@@ -9,7 +9,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog import (
+from sessionledger.eventlog import (
     END_REASONS,
     LIFECYCLE_STATES,
     TRIM_REASONS,

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     FileStore,
     SessionState,
     decode_log,

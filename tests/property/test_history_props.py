@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import projections
-from eventlog import (
+from sessionledger import projections
+from sessionledger.eventlog import (
     Compacted,
     Consolidated,
     Event,
@@ -23,7 +23,7 @@ from eventlog import (
     SessionState,
     fold,
 )
-from projections._history import _build
+from sessionledger.projections._history import _build
 
 TS = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 IDS = ("c1", "c2", "c3", "c4")

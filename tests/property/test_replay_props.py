@@ -10,8 +10,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import replay
-from eventlog import MemoryStore, SessionWriter, fold
+from sessionledger import replay
+from sessionledger.eventlog import MemoryStore, SessionWriter, fold
 
 ops = st.lists(
     st.one_of(
@@ -167,8 +167,8 @@ def test_nanobot_import_salvages_exactly_the_good_lines(
 def test_the_fast_path_accepts_exactly_the_sound_logs(
     steps: list[tuple[str, str, Any]], data: st.DataObject, key: bytes
 ) -> None:
-    from eventlog import decode_log
-    from replay._fastscan import scan
+    from sessionledger.eventlog import decode_log
+    from sessionledger.replay._fastscan import scan
 
     store = MemoryStore(hash_key=key or None)
     with store.session("k") as s:

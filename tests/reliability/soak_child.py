@@ -1,4 +1,4 @@
-"""Runs ``python -m tools.soak`` in a child process for the reliability tests (not a test module).
+"""Runs ``python -m sessionledger.tools.soak`` in a child process for the reliability tests (not a test module).
 
 Scenarios that fork (crash, load) run in a fresh single-threaded interpreter: forking the
 pytest process, which may hold threads of earlier tests, is not safe. The child forks its own
@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_soak(*args: str) -> subprocess.Popen[str]:
-    """Start ``python -m tools.soak <args> --json`` in the repository root."""
+    """Start ``python -m sessionledger.tools.soak <args> --json`` in the repository root."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(
-        [sys.executable, "-m", "tools.soak", *args, "--json"],
+        [sys.executable, "-m", "sessionledger.tools.soak", *args, "--json"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

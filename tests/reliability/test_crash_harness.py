@@ -2,7 +2,7 @@
 
 The scenario is ``tools.soak._crash`` (see its docstring for the exact checks per kill); here it
 runs with CI counts (at least 200 kills across the durability modes, plus keyed logs), each
-mode in its own child process so the modes run in parallel. ``python -m tools.soak`` runs the
+mode in its own child process so the modes run in parallel. ``python -m sessionledger.tools.soak`` runs the
 same rounds 5,000 times.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from soak_child import finish_soak, start_soak
 
-import replay
-from eventlog import FileStore
+from sessionledger import replay
+from sessionledger.eventlog import FileStore
 
 KILLS = {"always": 70, "batch": 70, "none": 70}
 

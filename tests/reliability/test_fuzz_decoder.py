@@ -15,8 +15,8 @@ import tracemalloc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog import LineDecoder, MemoryStore, decode_log, normalize_key
-from tools.soak._fuzz import (
+from sessionledger.eventlog import LineDecoder, MemoryStore, decode_log, normalize_key
+from sessionledger.tools.soak._fuzz import (
     KEY,
     SECRET,
     check_log_input,

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import replay
-from eventlog import FileStore
-from tools.soak._fuzz import (
+from sessionledger import replay
+from sessionledger.eventlog import FileStore
+from sessionledger.tools.soak._fuzz import (
     check_import_input,
     deep,
     mutate,

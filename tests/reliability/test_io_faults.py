@@ -1,7 +1,7 @@
 """I/O faults at write and at fsync: a clear StorageError, a valid log, a retry that works.
 
 Each (fault, durability) pair is checked with ``tools.soak._faults.fault_round``, which states
-the contract in its module docstring; ``python -m tools.soak --only faults`` runs thousands.
+the contract in its module docstring; ``python -m sessionledger.tools.soak --only faults`` runs thousands.
 The pure group-commit state machine is tested with a fake I/O in tests/unit/test_group_commit.py;
 here the faults hit the real file store's ``write`` and ``fsync``.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import replay
-from eventlog import AsyncFileStore, FileStore, StorageError, decode_log
-from tools.soak._faults import (
+from sessionledger import replay
+from sessionledger.eventlog import AsyncFileStore, FileStore, StorageError, decode_log
+from sessionledger.tools.soak._faults import (
     FAULTS,
     FaultFigures,
     failing,

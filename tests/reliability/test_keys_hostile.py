@@ -14,8 +14,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from eventlog import FileStore, InvalidEventError, key_to_stem, stem_to_key
-from eventlog._filestore import LOG_SUFFIX, QUARANTINE_SUFFIX, SNAPSHOT_SUFFIX
+from sessionledger.eventlog import FileStore, InvalidEventError, key_to_stem, stem_to_key
+from sessionledger.eventlog._filestore import LOG_SUFFIX, QUARANTINE_SUFFIX, SNAPSHOT_SUFFIX
 
 SETTINGS = settings(max_examples=300, deadline=None)
 PIECES = [

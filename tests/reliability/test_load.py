@@ -14,9 +14,8 @@ from pathlib import Path
 
 from soak_child import finish_soak, start_soak
 
-import projections
-import replay
-from eventlog import FileStore
+from sessionledger import projections, replay
+from sessionledger.eventlog import FileStore
 
 
 def test_no_event_lost_duplicated_or_interleaved_under_load(tmp_path: Path) -> None:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import projections
-import replay
-from eventlog import FileStore, UnsafePathError
+from sessionledger import projections, replay
+from sessionledger.eventlog import FileStore, UnsafePathError
 
 
 def everything(root: Path) -> list[Path]:

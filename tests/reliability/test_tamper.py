@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import projections
-import replay
-from eventlog import FileStore
-from tools.soak._fuzz import rechain
-from tools.soak._tamper import KEY, build, run_tamper
+from sessionledger import projections, replay
+from sessionledger.eventlog import FileStore
+from sessionledger.tools.soak._fuzz import rechain
+from sessionledger.tools.soak._tamper import KEY, build, run_tamper
 
 
 def test_every_tampering_of_an_unkeyed_log(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventlog import BaseStore
+from sessionledger.eventlog import BaseStore
 
 KEY = "telegram:42"
 

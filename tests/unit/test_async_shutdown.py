@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import FileStore, decode_log, verify_chain
+from sessionledger.eventlog import FileStore, decode_log, verify_chain
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "async_sigterm.py"

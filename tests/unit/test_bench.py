@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
-from tools.bench._core import Row
-from tools.bench._report import markdown, table
-from tools.bench._workload import conversation, describe
+from sessionledger.tools.bench._core import Row
+from sessionledger.tools.bench._report import markdown, table
+from sessionledger.tools.bench._workload import conversation, describe
 
 
 def test_workload_is_seeded_and_realistic() -> None:

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog import BaseStore, FileStore, LogStat, MemoryStore, SessionWriter
-from eventlog import _changes as changes
-from projections import (
+from sessionledger.eventlog import BaseStore, FileStore, LogStat, MemoryStore, SessionWriter
+from sessionledger.eventlog import _changes as changes
+from sessionledger.projections import (
     CatalogFilter,
     SessionID,
     SessionInfo,

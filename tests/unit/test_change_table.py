@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from test_catalog import expected
 
-import projections._catalog as catalog_module
-from eventlog import FileStore, LogStat, MemoryStore
-from eventlog import _changes as changes
-from eventlog._changes import (
+import sessionledger.projections._catalog as catalog_module
+from sessionledger.eventlog import FileStore, LogStat, MemoryStore
+from sessionledger.eventlog import _changes as changes
+from sessionledger.eventlog._changes import (
     CHANGES_NAME,
     MAGIC,
     SLOTS,
@@ -30,7 +30,7 @@ from eventlog._changes import (
     valid_table,
     view_of,
 )
-from projections import list_sessions, rebuild_catalog
+from sessionledger.projections import list_sessions, rebuild_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 

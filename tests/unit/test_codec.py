@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     SUFFIX_LEN,
     ZERO_HASH,
     Cleared,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eventlog import InvalidEventError, MemoryStore, SessionState, SessionWriter
-from projections import CompactionPolicy
+from sessionledger.eventlog import InvalidEventError, MemoryStore, SessionState, SessionWriter
+from sessionledger.projections import CompactionPolicy
 
 
 def _session(tokens_each: int = 100, n: int = 10) -> tuple[SessionWriter, SessionState]:

@@ -9,8 +9,19 @@ from types import ModuleType
 
 import pytest
 
-PACKAGES = ("eventlog", "projections", "replay", "tools")
-SKIP = ("tools.bench", "tools.soak", "tools.__main__")
+PACKAGES = (
+    "sessionledger",
+    "sessionledger.eventlog",
+    "sessionledger.projections",
+    "sessionledger.replay",
+    "sessionledger.tools",
+)
+SKIP = (
+    "sessionledger.tools.bench",
+    "sessionledger.tools.soak",
+    "sessionledger.tools.__main__",
+    "sessionledger.tools.cli.__main__",
+)
 
 
 def _modules() -> list[str]:

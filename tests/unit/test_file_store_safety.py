@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     CorruptLogError,
     FileStore,
     LockedError,
@@ -367,7 +367,7 @@ def test_lock_timeout_waits_then_fails(root: Path, store: FileStore) -> None:
 
 CHILD = """
 import sys, time
-from eventlog import FileStore
+from sessionledger.eventlog import FileStore
 store = FileStore(sys.argv[1], durability="always")
 store.session("k").append_message("user", "from the child")
 print("ready", flush=True)

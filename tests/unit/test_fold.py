@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     ZERO_HASH,
     Cleared,
     Compacted,

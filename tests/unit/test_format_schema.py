@@ -8,9 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from eventlog import EVENT_TYPES, FileStore, MemoryStore
-from eventlog._schema import line_schema
-from tools._demo import write_conversation
+from sessionledger.eventlog import EVENT_TYPES, FileStore, MemoryStore
+from sessionledger.eventlog._schema import line_schema
+from sessionledger.tools.cli._demo import write_conversation
 
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATOR = jsonschema.Draft202012Validator(

@@ -16,7 +16,7 @@ import anyio
 import msgspec
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     AsyncSessionWriter,
     Header,
     SessionWriter,
@@ -26,8 +26,8 @@ from eventlog import (
     encode_line,
     initial_state,
 )
-from eventlog._codec import ZERO_HASH
-from eventlog._writer import Durability
+from sessionledger.eventlog._codec import ZERO_HASH
+from sessionledger.eventlog._writer import Durability
 
 
 class FakeIO:

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-import projections
-from eventlog import (
+from sessionledger import projections
+from sessionledger.eventlog import (
     Compacted,
     Consolidated,
     Event,

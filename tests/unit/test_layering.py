@@ -1,7 +1,8 @@
 """The layering rule: ``tools -> replay -> projections -> eventlog``, checked on every import.
 
 Every ``.py`` file of the four packages is parsed with :mod:`ast`; every ``import`` and
-``from ... import`` (relative ones resolved, function-level ones included) is checked.
+``from ... import`` (relative ones resolved, function-level ones included) is checked. The
+packages install as ``sessionledger.<part>``; nothing imports a part by its bare folder name.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+TOP = "sessionledger"
 PACKAGES = ("eventlog", "projections", "replay", "tools")
 FORBIDDEN: dict[str, frozenset[str]] = {
     "eventlog": frozenset({"projections", "replay", "tools"}),
@@ -25,7 +27,7 @@ def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([TOP, *parts] if parts[0] in PACKAGES else parts)
 
 
 def imported_modules(
@@ -83,7 +85,21 @@ def test_layering(package: str) -> None:
         f"{path.relative_to(ROOT)}:{line}: imports {target}"
         for path in python_files(package)
         for line, target in file_imports(path)
-        if target.split(".")[0] in FORBIDDEN[package]
+        if target.split(".")[0] == TOP
+        and target.split(".")[1:2]
+        and target.split(".")[1] in FORBIDDEN[package]
+    ]
+    assert violations == []
+
+
+@pytest.mark.parametrize("package", [*PACKAGES, "tests"])
+def test_nothing_imports_a_bare_part(package: str) -> None:
+    """``import eventlog`` would load a second copy of the package beside ``sessionledger.eventlog``."""
+    violations = [
+        f"{path.relative_to(ROOT)}:{line}: imports {target}"
+        for path in python_files(package)
+        for line, target in file_imports(path)
+        if target.split(".")[0] in PACKAGES
     ]
     assert violations == []
 
@@ -96,19 +112,19 @@ def test_checker_sees_relative_function_level_and_dynamic_imports() -> None:
         b"from ..projections import history\n"
         b"from ._codec import x\n"
         b"def f():\n"
-        b"    import tools.cli\n"
-        b"    from projections._x import y\n"
-        b"    return importlib.import_module('replay')\n"
+        b"    import sessionledger.tools.cli\n"
+        b"    from sessionledger.projections._x import y\n"
+        b"    return importlib.import_module('sessionledger.replay')\n"
     )
-    targets = [t for _, t in imported_modules(source, "eventlog._probe")]
+    targets = [t for _, t in imported_modules(source, "sessionledger.eventlog._probe")]
     assert targets == [
         "os",
-        "replay",
-        "projections",
-        "eventlog._codec",
-        "tools.cli",
-        "projections._x",
-        "replay",
+        "sessionledger.replay",
+        "sessionledger.projections",
+        "sessionledger.eventlog._codec",
+        "sessionledger.tools.cli",
+        "sessionledger.projections._x",
+        "sessionledger.replay",
     ]
-    in_package = imported_modules(b"from . import _x\n", "replay", is_package=True)
-    assert in_package == [(1, "replay._x")]
+    in_package = imported_modules(b"from . import _x\n", "sessionledger.replay", is_package=True)
+    assert in_package == [(1, "sessionledger.replay._x")]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     BaseStore,
     FileStore,
     InvalidEventError,
@@ -37,12 +37,14 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]
 
 
 def _postgres_store() -> Iterator[BaseStore]:
-    dsn = os.environ.get("SESSIONLOG_TEST_PG")
+    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
     if not dsn:
-        pytest.skip("PostgreSQL tests need a server: set SESSIONLOG_TEST_PG (see docs/postgres.md)")
+        pytest.skip(
+            "PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG (see docs/postgres.md)"
+        )
     import psycopg
 
-    from eventlog import PostgresStore
+    from sessionledger.eventlog import PostgresStore
 
     schema = f"t_{os.urandom(6).hex()}"
     made = PostgresStore(dsn, schema=schema)
@@ -165,7 +167,7 @@ def test_cleanup_skips_sessions_held_by_another_process(tmp_path: Path) -> None:
             textwrap.dedent(
                 f"""
                 import sys, time
-                from eventlog import FileStore
+                from sessionledger.eventlog import FileStore
                 w = FileStore({str(root)!r}).session("held")
                 print("ready", flush=True)
                 time.sleep(30)
@@ -199,7 +201,7 @@ def test_failing_hook_is_logged_and_others_still_run(
     store.on_end(broken)
     store.on_end(lambda state, reason: seen.append(reason))
     _chat(store, "h")
-    with caplog.at_level(logging.ERROR, logger="eventlog.lifecycle"):
+    with caplog.at_level(logging.ERROR, logger="sessionledger.eventlog.lifecycle"):
         assert store.archive("h")
     assert seen == ["archive"]
     assert "hook failed" in caplog.text
@@ -276,7 +278,7 @@ def test_unknown_session_and_bad_state_filter(store: BaseStore) -> None:
 
 
 def test_usage_over_the_store(store: BaseStore) -> None:
-    import projections
+    from sessionledger import projections
 
     store.session("a").record_usage(model="m1", prompt_tokens=10, completion_tokens=2)
     store.session("b").record_usage(model="m1", prompt_tokens=5, completion_tokens=1)

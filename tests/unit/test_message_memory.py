@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import replay
-from eventlog import Event, FileStore, SessionState, decode_log
+from sessionledger import replay
+from sessionledger.eventlog import Event, FileStore, SessionState, decode_log
 
 
 def _store(tmp_path: Path) -> FileStore:

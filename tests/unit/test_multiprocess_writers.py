@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import FileStore, LockedError, MessageAppended, decode_log, verify_chain
+from sessionledger.eventlog import FileStore, LockedError, MessageAppended, decode_log, verify_chain
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "gateway:1"
@@ -49,7 +49,7 @@ def _check(data: bytes) -> list[str]:
 
 TAKE_TURNS = """
 import sys, anyio
-from eventlog import AsyncFileStore
+from sessionledger.eventlog import AsyncFileStore
 
 async def main(root: str, name: str) -> None:
     store = AsyncFileStore(root, durability="batch", lock_timeout=30)
@@ -80,7 +80,7 @@ def test_two_processes_take_turns_under_the_lock(tmp_path: Path) -> None:
 
 OPTIMISTIC = """
 import sys
-from eventlog import ConflictError, FileStore
+from sessionledger.eventlog import ConflictError, FileStore
 
 root, name = sys.argv[1], sys.argv[2]
 store = FileStore(root, durability="none", lock_timeout=30)
@@ -111,7 +111,7 @@ def test_two_processes_with_expected_seq(tmp_path: Path) -> None:
 
 HOLD = """
 import sys, time
-from eventlog import FileStore
+from sessionledger.eventlog import FileStore
 writer = FileStore(sys.argv[1]).session("gateway:1")
 writer.append_message("user", "before the crash")
 print("ready", flush=True)
@@ -151,7 +151,7 @@ def test_a_lock_held_by_a_killed_process_is_recovered(tmp_path: Path) -> None:
 
 APPEND_FAST = """
 import sys, anyio
-from eventlog import AsyncFileStore
+from sessionledger.eventlog import AsyncFileStore
 
 async def main(root: str) -> None:
     async with AsyncFileStore(root, durability="none") as store:

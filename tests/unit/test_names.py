@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog import InvalidEventError, key_to_stem, stem_to_key
-from eventlog._names import MAX_STEM
+from sessionledger.eventlog import InvalidEventError, key_to_stem, stem_to_key
+from sessionledger.eventlog._names import MAX_STEM
 
 SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789-_~")
 

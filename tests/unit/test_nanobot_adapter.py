@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import projections
-from eventlog import (
+from sessionledger import projections
+from sessionledger.eventlog import (
     Consolidated,
     Event,
     InvalidEventError,
@@ -20,8 +20,8 @@ from eventlog import (
     Retracted,
     Trimmed,
 )
-from tools._nanobot_diff import MessageDiff, diff_messages
-from tools.nanobot import Session, SessionManager
+from sessionledger.tools.nanobot import Session, SessionManager
+from sessionledger.tools.nanobot._diff import MessageDiff, diff_messages
 
 Msg = dict[str, Any]
 
@@ -367,7 +367,7 @@ def test_bad_input_raises_and_writes_nothing(manager: SessionManager) -> None:
 
 
 def test_save_with_fsync_syncs(manager: SessionManager, monkeypatch: pytest.MonkeyPatch) -> None:
-    import eventlog._filestore as filestore
+    import sessionledger.eventlog._filestore as filestore
 
     calls: list[int] = []
     real = filestore._fsync
@@ -474,7 +474,7 @@ def test_invalidate_drops_unsaved_changes(manager: SessionManager) -> None:
 def test_flush_all_saves_every_cached_session_with_fsync(
     manager: SessionManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eventlog._filestore as filestore
+    import sessionledger.eventlog._filestore as filestore
 
     synced: list[int] = []
     real = filestore._fsync

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     Cleared,
     FileStore,
     InvalidEventError,
@@ -16,7 +16,12 @@ from eventlog import (
     MessageAppended,
     Retracted,
 )
-from tools.openai_agents import ITEM_KEY, EventLogSession, item_from_message, message_from_item
+from sessionledger.tools.openai_agents import (
+    ITEM_KEY,
+    EventLogSession,
+    item_from_message,
+    message_from_item,
+)
 
 agents = pytest.importorskip("agents", reason="the openai-agents extra is not installed")
 from agents.memory import Session as SDKSession  # noqa: E402

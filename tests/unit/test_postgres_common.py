@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog import MemoryStore, PostgresStore, SchemaVersionError
-from eventlog._pg_common import (
+from sessionledger.eventlog import MemoryStore, PostgresStore, SchemaVersionError
+from sessionledger.eventlog._pg_common import (
     PgTarget,
     catalog_query,
     catalog_values,
@@ -22,8 +22,8 @@ from eventlog._pg_common import (
     tail_bytes,
     text,
 )
-from eventlog._pg_schema import MIGRATIONS, SCHEMA_VERSION
-from projections import SessionID
+from sessionledger.eventlog._pg_schema import MIGRATIONS, SCHEMA_VERSION
+from sessionledger.projections import SessionID
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,7 +7,13 @@ import types
 
 import pytest
 
-PACKAGES = ("eventlog", "projections", "replay", "tools")
+PACKAGES = (
+    "sessionledger",
+    "sessionledger.eventlog",
+    "sessionledger.projections",
+    "sessionledger.replay",
+    "sessionledger.tools",
+)
 
 
 def sort_key(name: str) -> tuple[int, str]:
@@ -70,7 +76,7 @@ def test_star_import_gives_all(package: str) -> None:
 
 
 def test_public_items_have_docstrings() -> None:
-    module = importlib.import_module("eventlog")
+    module = importlib.import_module("sessionledger.eventlog")
     undocumented = [
         name
         for name in module.__all__

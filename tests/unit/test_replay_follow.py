@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import replay
-from eventlog import (
+from sessionledger import replay
+from sessionledger.eventlog import (
     CorruptLogError,
     Event,
     FileStore,
@@ -24,7 +24,7 @@ from eventlog import (
 APPENDER = textwrap.dedent(
     """
     import sys, time
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
     store = FileStore(sys.argv[1], durability="none")
     with store.session("chat:1") as s:
         for i in range(int(sys.argv[2])):
@@ -137,7 +137,7 @@ def test_follow_errors(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_async_follow_of_an_async_store(tmp_path: Path) -> None:
-    from eventlog import AsyncFileStore
+    from sessionledger.eventlog import AsyncFileStore
 
     async with AsyncFileStore(tmp_path, durability="none") as store:
         s = await store.session("x")

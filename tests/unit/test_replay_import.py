@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from replay_sample import KEY, build_sample
 
-import replay
-from eventlog import FileStore, MemoryStore, SessionState
+from sessionledger import replay
+from sessionledger.eventlog import FileStore, MemoryStore, SessionState
 
 
 def nanobot_file(

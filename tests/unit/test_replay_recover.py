@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from replay_sample import KEY, build_sample
 
-import replay
-from eventlog import CorruptLogError, FileStore, MemoryStore
+from sessionledger import replay
+from sessionledger.eventlog import CorruptLogError, FileStore, MemoryStore
 
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
     store = FileStore(sys.argv[1], durability=sys.argv[2])
     s = store.session("chat:1")
     print("ready", flush=True)

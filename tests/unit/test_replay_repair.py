@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 from replay_sample import KEY, build_sample
 
-import replay
-from eventlog import CorruptLogError, FileStore, MemoryStore, NotALogError, SessionNotFoundError
+from sessionledger import replay
+from sessionledger.eventlog import (
+    CorruptLogError,
+    FileStore,
+    MemoryStore,
+    NotALogError,
+    SessionNotFoundError,
+)
 
 
 def corrupt_line(store: FileStore, line: int) -> tuple[bytes, bytes]:
@@ -56,7 +62,7 @@ def test_repair_of_a_torn_tail_and_of_repeated_ids() -> None:
         s.append_message("user", "a", id="x")
         s.append_message("user", "b", id="y")
     raw = store.read_bytes("dup")
-    from eventlog import decode_log, encode_lines
+    from sessionledger.eventlog import decode_log, encode_lines
 
     decoded = decode_log(raw)
     import msgspec

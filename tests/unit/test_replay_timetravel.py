@@ -9,9 +9,8 @@ import msgspec
 import pytest
 from replay_sample import KEY, build_sample
 
-import projections
-import replay
-from eventlog import CorruptLogError, FileStore, MemoryStore, SessionState, fold
+from sessionledger import projections, replay
+from sessionledger.eventlog import CorruptLogError, FileStore, MemoryStore, SessionState, fold
 
 
 def comparable(state: SessionState) -> dict[str, object]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from replay_sample import KEY, build_sample
 
-import replay
-from eventlog import (
+from sessionledger import replay
+from sessionledger.eventlog import (
     ZERO_HASH,
     FileStore,
     Header,
@@ -117,7 +117,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
 def test_whole_line_truncation_is_caught_through_the_snapshot_and_the_catalog(
     tmp_path: Path,
 ) -> None:
-    import projections
+    from sessionledger import projections
 
     store = FileStore(tmp_path, durability="none")
     for key in ("snap", "cat"):
@@ -147,7 +147,7 @@ def test_whole_line_truncation_is_caught_through_the_snapshot_and_the_catalog(
 
 
 def test_a_rewritten_log_disagrees_with_the_catalog(tmp_path: Path) -> None:
-    import projections
+    from sessionledger import projections
 
     store = FileStore(tmp_path, durability="none")
     with store.session("k") as s:
@@ -156,7 +156,7 @@ def test_a_rewritten_log_disagrees_with_the_catalog(tmp_path: Path) -> None:
     path = store.path_for("k")
     header = path.read_bytes().splitlines(keepends=True)[0]
     # Someone rebuilds the log with other content: it chains, from the same header.
-    from eventlog import decode_log
+    from sessionledger.eventlog import decode_log
 
     decoded = decode_log(header)
     assert decoded.header is not None

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from projections import (
+from sessionledger.projections import (
     PREVIEW_MAX_CHARS,
     content_text,
     image_breadcrumb,

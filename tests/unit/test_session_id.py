@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eventlog import InvalidEventError
-from projections import SessionID
+from sessionledger.eventlog import InvalidEventError
+from sessionledger.projections import SessionID
 
 
 def test_parse_three_and_four_parts() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
-from projections import rebuild_snapshot, snapshot_status, write_snapshot
+from sessionledger.eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
+from sessionledger.projections import rebuild_snapshot, snapshot_status, write_snapshot
 
 STORES = ("file", "memory")
 

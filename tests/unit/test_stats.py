@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eventlog import MemoryStore
-from projections import StoreStats, list_sessions, stats_of, store_stats
+from sessionledger.eventlog import MemoryStore
+from sessionledger.projections import StoreStats, list_sessions, stats_of, store_stats
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import projections
-from eventlog import ConflictError, InvalidEventError, MemoryStore, SessionWriter
-from projections import (
+from sessionledger import projections
+from sessionledger.eventlog import ConflictError, InvalidEventError, MemoryStore, SessionWriter
+from sessionledger.projections import (
     TrimPlan,
     apply_plan,
     file_cap,

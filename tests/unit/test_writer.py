@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eventlog import (
+from sessionledger.eventlog import (
     Cleared,
     Compacted,
     ConflictError,

@@ -1,4 +1,4 @@
-"""``python -m tools.bench``: run the benchmark suite."""
+"""``python -m sessionledger.tools.bench``: run the benchmark suite."""
 
 from __future__ import annotations
 

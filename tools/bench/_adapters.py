@@ -19,7 +19,7 @@ from ._write import _messages
 @benchmark("adapter", 8, "Drop-in tools.nanobot vs nanobot: add_message + save per message")
 def bench_adapter(ctx: Context) -> list[Row]:
     """Seconds per message of the agent loop, as messages/s, ours through the drop-in."""
-    from tools import bench_adapter as script
+    from . import nanobot_loop as script
 
     ours_side = script.ours()
     theirs_side = script.nanobot() if ctx.nanobot is not None else None
@@ -55,7 +55,7 @@ def bench_adapter(ctx: Context) -> list[Row]:
 async def _tasks_rate(root: str, messages: list[dict[str, Any]], tasks: int) -> float:
     import anyio
 
-    from eventlog import AsyncFileStore
+    from sessionledger.eventlog import AsyncFileStore
 
     async with AsyncFileStore(root, durability="batch") as store:
         writer = await store.session("bench:async")

@@ -30,7 +30,7 @@ _END = "<!-- /bench:results -->"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m sessionledger.tools.bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer runs (< 60 s)")
     p.add_argument(
         "--only",
@@ -142,7 +142,7 @@ def update_docs(rows: Sequence[Row], *, quick: bool, path: Path = DOCS) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tools.bench``."""
+    """Entry point of ``python -m sessionledger.tools.bench``."""
     args = _parser().parse_args(argv)
     console = Console()
     if args.list:
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     names = [n.strip() for arg in args.only for n in arg.split(",") if n.strip()]
     facts = machine()
-    console.print(f"[bold]sessionlog benchmarks[/bold]  {machine_line(facts)}")
+    console.print(f"[bold]sessionledger benchmarks[/bold]  {machine_line(facts)}")
     rows = run(
         names,
         quick=args.quick,

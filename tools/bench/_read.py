@@ -27,7 +27,7 @@ def _nanobot_10k(ctx: Context) -> Any:
 
 def _snapshot_copy(ctx: Context) -> Path:
     """A copy of the 10k log with a snapshot at its end (for opening from the snapshot)."""
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
 
     root = ctx.root / "log10k-snap"
     if not root.exists():
@@ -39,7 +39,7 @@ def _snapshot_copy(ctx: Context) -> Path:
 @benchmark("reopen", 2, "Reopen + fold of the 10,000-message log vs nanobot's load")
 def bench_reopen(ctx: Context) -> list[Row]:
     """Open the 10k log (lock, read, check every hash, decode, fold), also read-only."""
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
 
     root = _log_10k(ctx)
     snap = FileStore(root).snapshot_path(KEY_10K)
@@ -94,10 +94,10 @@ def bench_reopen(ctx: Context) -> list[Row]:
 @benchmark("history", 3, "history(max_messages=500, max_tokens=128_000) on 10k vs get_history")
 def bench_history(ctx: Context) -> list[Row]:
     """The LLM history window of the 10k session, ours from the folded state."""
-    import projections
+    from sessionledger import projections
 
     history = projections.history
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
 
     root = _log_10k(ctx)
     state = FileStore(root).load(KEY_10K).state
@@ -141,8 +141,8 @@ def bench_history(ctx: Context) -> list[Row]:
 @benchmark("snapshot", 3, "Open the 10k session from its snapshot and compute the history")
 def bench_snapshot(ctx: Context) -> list[Row]:
     """Read-only open from a snapshot at the end of the log, then the LLM history window."""
-    import projections
-    from eventlog import FileStore
+    from sessionledger import projections
+    from sessionledger.eventlog import FileStore
 
     root = _snapshot_copy(ctx)
     nb_root = _nanobot_10k(ctx) if ctx.nanobot is not None else None
@@ -184,8 +184,8 @@ def bench_snapshot(ctx: Context) -> list[Row]:
 @benchmark("list", 3, "Session list: 1,000 (and 10,000) sessions of 200 messages")
 def bench_list(ctx: Context) -> list[Row]:
     """``list_sessions`` with the catalog current, and rebuilt from the logs, vs nanobot's."""
-    import projections
-    from eventlog import FileStore
+    from sessionledger import projections
+    from sessionledger.eventlog import FileStore
 
     rows: list[Row] = []
     sizes = [(1_000, 5.0, 200.0)] + ([] if ctx.quick else [(10_000, 25.0, 2_000.0)])

@@ -14,8 +14,8 @@ from ._write import write_many
 @benchmark("replay", 4, "verify / recover over 1,000 sessions; verify 10k log; state_at")
 def bench_replay(ctx: Context) -> list[Row]:
     """Whole-store verify and recover, one big log's verify throughput, and time travel."""
-    import replay
-    from eventlog import FileStore
+    from sessionledger import replay
+    from sessionledger.eventlog import FileStore
 
     root, _, keys = write_many(ctx, "many1000", 1_000)
     big = _log_10k(ctx)

@@ -34,7 +34,7 @@ def _append_all(writer: Any, messages: list[dict[str, Any]]) -> None:
 
 
 def _ours_rate(ctx: Context, durability: str, messages: list[dict[str, Any]]) -> float:
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
 
     with ctx.scratch(f"append-{durability}") as root:
         store = FileStore(root, durability=durability)
@@ -142,7 +142,7 @@ def _threaded_rate(
     ctx: Context, messages: list[dict[str, Any]], threads: int, sessions: int
 ) -> float:
     """Events/s of ``threads`` threads appending with group commit to ``sessions`` sessions."""
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
 
     per = len(messages) // threads
     with ctx.scratch("append-batch") as root:
@@ -210,7 +210,7 @@ def bench_batch(ctx: Context) -> list[Row]:
 
 def write_log(ctx: Context, name: str, messages: list[dict[str, Any]], key: str) -> Path:
     """Write ``messages`` once as our log (shared setup, kept for the run); return the root."""
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
 
     root = ctx.root / name
     if not root.exists():
@@ -229,7 +229,7 @@ def write_many(
     Each session is a different window of one short-tool-output conversation. Returns our
     store root, nanobot's workspace (None without nanobot) and the keys. Untimed setup.
     """
-    from eventlog import FileStore
+    from sessionledger.eventlog import FileStore
 
     pool: list[dict[str, Any]] | None = ctx.cache.get("pool")
     if pool is None:

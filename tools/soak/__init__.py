@@ -1,7 +1,7 @@
-"""Soak runs of the reliability scenarios: ``python -m tools.soak [--kills N] [--seconds S] ...``.
+"""Soak runs of the reliability scenarios: ``python -m sessionledger.tools.soak [--kills N] [--seconds S] ...``.
 
 Each scenario module holds one scenario, run by the CI tests (tests/reliability) with small
-counts and by ``python -m tools.soak`` many more times: crash (SIGKILLed writers), faults
+counts and by ``python -m sessionledger.tools.soak`` many more times: crash (SIGKILLed writers), faults
 (ENOSPC/EIO at write and fsync, short writes), fuzz (hostile log and import bytes), tamper
 (edited logs caught by verify) and load (processes, threads and tasks at once). A scenario that
 sees a guarantee broken raises :class:`ClaimFailed`; otherwise it returns its figures.

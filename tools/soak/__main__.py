@@ -1,4 +1,4 @@
-"""``python -m tools.soak``: run every reliability scenario many times and print the figures.
+"""``python -m sessionledger.tools.soak``: run every reliability scenario many times and print the figures.
 
 Defaults are the soak sizes (5,000 kills, 2,000 faults, 20,000 fuzzed inputs of each kind, a
 60 s load run, exhaustive tampering of keyed and unkeyed samples); ``--only`` picks scenarios.
@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from eventlog import DURABILITIES
+from sessionledger.eventlog import DURABILITIES
 
 from ._checks import ClaimFailed
 from ._crash import run_crashes
@@ -29,7 +29,9 @@ SCENARIOS = ("crash", "faults", "fuzz", "tamper", "load")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m sessionledger.tools.soak", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--kills", type=int, default=5000, help="SIGKILLs, split over the modes")
     p.add_argument("--modes", default=",".join(DURABILITIES), help="durability modes to crash")
     p.add_argument("--hash-key", default=None, help="key the crash stores' chains with this")

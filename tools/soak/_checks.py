@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-import replay
-from eventlog import BaseStore, FileStore
+from sessionledger import replay
+from sessionledger.eventlog import BaseStore, FileStore
 
 
 class ClaimFailed(AssertionError):

@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import replay
-from eventlog import DURABILITIES, FileStore, decode_log
+from sessionledger import replay
+from sessionledger.eventlog import DURABILITIES, FileStore, decode_log
 
 from ._checks import check_acknowledged, check_verifies, claim, quarantine_records
 from ._workload import one_event

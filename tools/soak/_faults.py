@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eventlog import FileStore, SessionWriter, StorageError, _filestore, decode_log
+from sessionledger.eventlog import FileStore, SessionWriter, StorageError, _filestore, decode_log
 
 from ._checks import ClaimFailed, check_acknowledged, claim
 

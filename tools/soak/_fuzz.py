@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
 
-import replay
-from eventlog import (
+from sessionledger import replay
+from sessionledger.eventlog import (
     EventLogError,
     LineDecoder,
     MemoryStore,
@@ -31,7 +31,7 @@ from eventlog import (
     decode_log,
     normalize_key,
 )
-from eventlog._codec import ZERO_HASH, split_hash
+from sessionledger.eventlog._codec import ZERO_HASH, split_hash
 
 from ._checks import ClaimFailed, claim
 
@@ -307,7 +307,7 @@ def check_import_input(data: bytes, kind: str) -> None:
 
         def run() -> None:
             session = replay.parse_nanobot(data, "x.jsonl")
-            from replay._importing import build_session
+            from sessionledger.replay._importing import build_session
 
             build_session(
                 store,

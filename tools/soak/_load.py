@@ -24,8 +24,8 @@ from pathlib import Path
 
 import anyio
 
-import replay
-from eventlog import AsyncFileStore, FileStore, LockedError
+from sessionledger import replay
+from sessionledger.eventlog import AsyncFileStore, FileStore, LockedError
 
 from ._checks import check_acknowledged, check_verifies, claim
 from ._workload import content

@@ -16,9 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import projections
-import replay
-from eventlog import FileStore
+from sessionledger import projections, replay
+from sessionledger.eventlog import FileStore
 
 from ._checks import claim
 from ._fuzz import rechain

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
-from eventlog import SessionState
+from sessionledger.eventlog import SessionState
 
 _TEXTS = (
     "Plan a trip to Kyoto",

@@ -22,8 +22,8 @@ from typing import Any
 
 import msgspec
 
-import projections
-from eventlog import (
+from sessionledger import projections
+from sessionledger.eventlog import (
     Cleared,
     Consolidated,
     KnownEvent,
@@ -37,12 +37,12 @@ from eventlog import (
     estimate_tokens,
 )
 
-from ._nanobot_diff import TAIL_CHECK, MessageDiff, diff_messages
+from ._diff import TAIL_CHECK, MessageDiff, diff_messages
 
 Message = dict[str, Any]
 FILE_MAX_MESSAGES = projections.FILE_MAX_MESSAGES
 
-logger = logging.getLogger("tools.nanobot")
+logger = logging.getLogger("sessionledger.tools.nanobot")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode

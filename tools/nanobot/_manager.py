@@ -30,15 +30,20 @@ from typing import Any
 
 import msgspec
 
-import projections
-import replay
-from eventlog import CorruptLogError, EventLogError, FileStore, InvalidEventError, key_to_stem
+from sessionledger import projections, replay
+from sessionledger.eventlog import (
+    CorruptLogError,
+    EventLogError,
+    FileStore,
+    InvalidEventError,
+    key_to_stem,
+)
 
-from ._nanobot_diff import TAIL_CHECK, diff_messages
-from ._nanobot_import import LEDGER_NAME, Ledger, import_workspace
-from ._nanobot_session import Binding, Session, local_time, valid_cursor, value_copy
+from ._diff import TAIL_CHECK, diff_messages
+from ._import import LEDGER_NAME, Ledger, import_workspace
+from ._session import Binding, Session, local_time, valid_cursor, value_copy
 
-logger = logging.getLogger("tools.nanobot")
+logger = logging.getLogger("sessionledger.tools.nanobot")
 
 STORE_DIRNAME = ".eventlog"
 #: Metadata a fork does not inherit (nanobot 0.2.2's list).

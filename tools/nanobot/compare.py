@@ -3,7 +3,7 @@
 Run it with the benchmark venv, which has nanobot-ai 0.2.2 (never install nanobot into the
 project's venv)::
 
-    PYTHONPATH=/work/main .bench/venv/bin/python -m tools.compare_nanobot
+    PYTHONPATH=/work/main .bench/venv/bin/python -m sessionledger.tools.compare_nanobot
 
 Each step does the same thing to both (in two workspaces) and compares what a caller sees:
 histories, messages, cursors, metadata, archive chunks, listings, file reads, deletions. Paths
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # tools/nanobot.py must not shadow the real nanobot package
+    sys.path.pop(0)  # run as a script, this folder must not shadow the real nanobot package
 
 Msg = dict[str, Any]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "web_search", "arguments": "{}"}}
@@ -244,7 +244,7 @@ def main() -> int:
     except ImportError:
         print("nanobot is not installed in this interpreter: run this with the bench venv")
         return 2
-    ours = importlib.import_module("tools.nanobot")
+    ours = importlib.import_module("sessionledger.tools.nanobot")
     with tempfile.TemporaryDirectory() as tmp:
         differences = run(theirs, ours, Path(tmp))
     print(f"{differences} unexpected difference(s)")

@@ -15,10 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-import eventlog
-import projections
-import replay
-from eventlog import BaseStore, FileStore, SessionWriter
+from sessionledger import eventlog, projections, replay
+from sessionledger.eventlog import BaseStore, FileStore, SessionWriter
 
 from ._render_events import timeline_table
 
@@ -105,7 +103,7 @@ def run_demo(root: str | Path = "sessions", console: Console | None = None) -> s
 
 
 def _print_events(console: Console, store: BaseStore, key: str) -> None:
-    console.print(f"[bold]the log[/] ({store.load(key).path}), as `sessionlog show` prints it:")
+    console.print(f"[bold]the log[/] ({store.load(key).path}), as `sessionledger show` prints it:")
     console.print(timeline_table(list(store.events(key))))
 
 
@@ -134,6 +132,6 @@ def _print_projections(console: Console, store: BaseStore, state: eventlog.Sessi
         + ("[green]intact[/]" if report.ok else f"[red]{report.problems}[/]")
     )
     console.print(
-        f"next: [bold]sessionlog show {state.key}[/], [bold]sessionlog ls[/], "
-        f"[bold]sessionlog history {state.key} --at 5[/]"
+        f"next: [bold]sessionledger show {state.key}[/], [bold]sessionledger ls[/], "
+        f"[bold]sessionledger history {state.key} --at 5[/]"
     )

@@ -1,4 +1,4 @@
-"""Benchmark: session catalog listing and snapshot opens (``python -m tools.bench_catalog``).
+"""Benchmark: session catalog listing and snapshot opens (``python -m sessionledger.tools.bench_catalog``).
 
 Builds stores of 1,000 and 10,000 sessions of 200 messages (cached under ``--dir``), then times
 ``projections.list_sessions`` when the catalog is current (on the same store object, which keeps
@@ -21,8 +21,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from eventlog import ZERO_HASH, FileStore, Header, MessageAppended, encode_line, estimate_tokens
-from projections import history, list_sessions, write_snapshot
+from sessionledger.eventlog import (
+    ZERO_HASH,
+    FileStore,
+    Header,
+    MessageAppended,
+    encode_line,
+    estimate_tokens,
+)
+from sessionledger.projections import history, list_sessions, write_snapshot
 
 _SETTLE_S = 1.1
 TEXT = "Could you look into the deployment logs and tell me what went wrong overnight? "

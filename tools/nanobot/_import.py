@@ -20,10 +20,10 @@ from typing import Any
 
 import msgspec
 
-import replay
-from eventlog import EventLogError, FileStore
+from sessionledger import replay
+from sessionledger.eventlog import EventLogError, FileStore
 
-logger = logging.getLogger("tools.nanobot")
+logger = logging.getLogger("sessionledger.tools.nanobot")
 
 LEDGER_NAME = ".nanobot-imports.jsonl"
 

@@ -1,10 +1,10 @@
-"""The registry of ``sessionlog`` commands: each is a name, help, an example and two functions."""
+"""The registry of ``sessionledger`` commands: each is a name, help, an example and two functions."""
 
 from __future__ import annotations
 
 import argparse
 
-from ._cli_common import Command, open_store
+from ._common import Command, open_store
 from ._demo import run_demo
 
 
@@ -24,12 +24,12 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "bench_args",
         nargs=argparse.REMAINDER,
-        help="arguments of python -m tools.bench (e.g. --quick, --only append,reopen, --list)",
+        help="arguments of python -m sessionledger.tools.bench (e.g. --quick, --only append,reopen, --list)",
     )
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench._main import main as bench_main
+    from ..bench._main import main as bench_main
 
     return bench_main(args.bench_args)
 
@@ -41,7 +41,7 @@ def _registry() -> list[Command]:
         Command(
             "demo",
             "write a realistic conversation with tool calls to a file store, reopen and print it",
-            "sessionlog demo --store ./sessions",
+            "sessionledger demo --store ./sessions",
             _demo_args,
             _demo,
         ),
@@ -53,7 +53,7 @@ def _registry() -> list[Command]:
         Command(
             "bench",
             "the benchmarks: our figures beside nanobot's SessionManager, with the ratio",
-            "sessionlog bench --quick --only append,history",
+            "sessionledger bench --quick --only append,history",
             _bench_args,
             _bench,
         )

@@ -1,4 +1,4 @@
-"""Async write benchmarks: ``python -m tools.bench_async [--quick] [--backend trio] [--memory]``.
+"""Async write benchmarks: ``python -m sessionledger.tools.bench_async [--quick] [--backend trio] [--memory]``.
 
 Prints one line per figure: durable (or written, for ``"none"``) events per second, the
 median of ``--runs`` runs, each in a fresh temporary store on the local disk. ``--memory``
@@ -20,7 +20,7 @@ from functools import partial
 
 import anyio
 
-from eventlog import AsyncFileStore
+from sessionledger.eventlog import AsyncFileStore
 
 _MESSAGE = "x" * 200
 
@@ -109,7 +109,7 @@ async def _memory(root: str, total: int, window: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the async benchmarks and print their figures."""
-    parser = argparse.ArgumentParser(prog="python -m tools.bench_async")
+    parser = argparse.ArgumentParser(prog="python -m sessionledger.tools.bench_async")
     parser.add_argument("--quick", action="store_true", help="fewer events, one run each")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--runs", type=int, default=3)

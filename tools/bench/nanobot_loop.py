@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 # Run as a script, this file's directory (tools/, which holds our nanobot.py) would shadow the
-# real nanobot package: take it off the path (``python -m tools.bench_adapter`` never adds it).
+# real nanobot package: take it off the path (``python -m sessionledger.tools.bench_adapter`` never adds it).
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
 
@@ -123,7 +123,7 @@ def run_once(side: Side, root: Path, size: int, iterations: int, fsync: bool) ->
 
 def ours() -> Side:
     """This library's drop-in."""
-    from tools.nanobot import SessionManager
+    from sessionledger.tools.nanobot import SessionManager
 
     def make(workspace: Path) -> _ManagerLike:
         return SessionManager(workspace)

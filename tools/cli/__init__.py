@@ -1,6 +1,6 @@
-"""The ``sessionlog`` command line: inspect, verify, replay and audit session logs.
+"""The ``sessionledger`` command line: inspect, verify, replay and audit session logs.
 
-Every command works on a file store directory (``--store``, default ``$SESSIONLOG_STORE`` or
+Every command works on a file store directory (``--store``, default ``$SESSIONLEDGER_STORE`` or
 ``./sessions``) or a PostgreSQL DSN. Read commands change nothing. Exit codes: 0 all well,
 1 problems found (verify, recover, repair), 2 bad input or a store that cannot be used.
 """
@@ -12,23 +12,23 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from eventlog import EventLogError
+from sessionledger.eventlog import EventLogError
 
-from ._cli_common import STORE_ENV, CliError, Command, close_opened
 from ._commands import COMMANDS
+from ._common import STORE_ENV, CliError, Command, close_opened
 
 EPILOG = """\
 examples:
-  sessionlog demo                         write and show a sample conversation in ./sessions
-  sessionlog ls --channel telegram        the session list, newest first
-  sessionlog show telegram:42 --since 100 events from seq 100 on
-  sessionlog history telegram:42 --max-tokens 8000 --at 2026-11-25T10:00
-  sessionlog verify && sessionlog tail -f telegram:42
+  sessionledger demo                         write and show a sample conversation in ./sessions
+  sessionledger ls --channel telegram        the session list, newest first
+  sessionledger show telegram:42 --since 100 events from seq 100 on
+  sessionledger history telegram:42 --max-tokens 8000 --at 2026-11-25T10:00
+  sessionledger verify && sessionledger tail -f telegram:42
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``sessionlog``."""
+    """The argument parser of ``sessionledger``."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser = argparse.ArgumentParser(
-        prog="sessionlog",
+        prog="sessionledger",
         description="Inspect, verify, replay and audit event-sourced agent session logs.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -63,11 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``sessionlog``; return the exit code."""
+    """Run ``sessionledger``; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"] and not {"-h", "--help"} & set(argv[1:2]):
         # The benchmark suite has its own options; hand them over untouched.
-        from .bench._main import main as bench_main
+        from ..bench._main import main as bench_main
 
         return bench_main(argv[1:])
     parser = build_parser()
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         code = exc.code if isinstance(exc, CliError) else 2
-        sys.stderr.write(f"sessionlog {args.command}: error: {exc}\n")
+        sys.stderr.write(f"sessionledger {args.command}: error: {exc}\n")
         return code
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0

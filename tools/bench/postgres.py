@@ -1,4 +1,4 @@
-"""Benchmark: the PostgreSQL store (``python -m tools.bench_postgres --dsn postgresql://...``).
+"""Benchmark: the PostgreSQL store (``python -m sessionledger.tools.bench_postgres --dsn postgresql://...``).
 
 Measures, in a throwaway schema (dropped at the end):
 - appends from 8 concurrent writers (threads) on 8 sessions: single-event transactions and
@@ -6,7 +6,7 @@ Measures, in a throwaway schema (dropped at the end):
   the same from 8 asyncio tasks through ``AsyncPostgresStore``;
 - ``projections.list_sessions`` over 100,000 sessions, one page of 20 (several filters);
 - opening a 10,000-message session from its snapshot, against reading the whole log.
-The DSN defaults to ``$SESSIONLOG_TEST_PG``. Medians of several runs; never run as a test.
+The DSN defaults to ``$SESSIONLEDGER_TEST_PG``. Medians of several runs; never run as a test.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog import (
+from sessionledger.eventlog import (
     ZERO_HASH,
     AsyncPostgresStore,
     Header,
@@ -36,8 +36,8 @@ from eventlog import (
     estimate_tokens,
     fold,
 )
-from eventlog._pg_common import catalog_values, key_parts
-from projections import list_sessions
+from sessionledger.eventlog._pg_common import catalog_values, key_parts
+from sessionledger.projections import list_sessions
 
 TEXT = "Could you look into the deployment logs and tell me what went wrong overnight? "
 
@@ -265,14 +265,14 @@ def bench_open(dsn: str, schema: str, messages: int, runs: int) -> dict[str, flo
 def main() -> None:
     """Run every benchmark and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--dsn", default=os.environ.get("SESSIONLOG_TEST_PG"))
+    parser.add_argument("--dsn", default=os.environ.get("SESSIONLEDGER_TEST_PG"))
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--per-writer", type=int, default=500)
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
     if not args.dsn:
-        parser.error("give --dsn or set SESSIONLOG_TEST_PG")
+        parser.error("give --dsn or set SESSIONLEDGER_TEST_PG")
     import psycopg
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"

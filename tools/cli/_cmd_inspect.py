@@ -8,9 +8,9 @@ from datetime import datetime
 from rich.table import Table
 from rich.text import Text
 
-from eventlog import LIFECYCLE_STATES, BaseStore, LoadedLog
+from sessionledger.eventlog import LIFECYCLE_STATES, BaseStore, LoadedLog
 
-from ._cli_common import (
+from ._common import (
     CliError,
     Command,
     cut,
@@ -28,7 +28,7 @@ from ._render_events import ROLE_STYLES, content_text, event_dict, select_events
 def load_session(store: BaseStore, key: str) -> LoadedLog:
     """Read a session read-only; a bad line in the middle still shows the readable prefix."""
     if not store.exists(key):
-        raise CliError(f"no session {key!r} in the store (see: sessionlog ls)")
+        raise CliError(f"no session {key!r} in the store (see: sessionledger ls)")
     return store.load(key, prefix=True)
 
 
@@ -36,7 +36,7 @@ def _warn_problems(loaded: LoadedLog) -> None:
     if loaded.bad is not None:
         warn(
             f"line {loaded.bad.line} of {loaded.path}: {loaded.bad.reason}; showing the "
-            "readable prefix (see: sessionlog verify, sessionlog repair)"
+            "readable prefix (see: sessionledger verify, sessionledger repair)"
         )
     if loaded.torn is not None:
         warn(
@@ -145,7 +145,7 @@ COMMANDS = [
     Command(
         "show",
         "a session's events as a readable timeline (tool calls paired with their results)",
-        "sessionlog show telegram:42 --since 100 --until 2026-11-25T12:00",
+        "sessionledger show telegram:42 --since 100 --until 2026-11-25T12:00",
         _show_args,
         _show,
         json=True,
@@ -153,7 +153,7 @@ COMMANDS = [
     Command(
         "tail",
         "the last events of a session; -f keeps following new ones live",
-        "sessionlog tail -f telegram:42 -n 20",
+        "sessionledger tail -f telegram:42 -n 20",
         _tail_args,
         _tail,
         json=True,
@@ -200,7 +200,7 @@ def _time_option(value: str | None, option: str) -> datetime | None:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    import projections
+    from sessionledger import projections
 
     if args.limit < 0 or args.offset < 0:
         raise CliError("--limit and --offset must be >= 0")
@@ -258,7 +258,7 @@ COMMANDS.append(
     Command(
         "ls",
         "the session catalog as a table: key, title, preview, updated, messages, tokens, state",
-        "sessionlog ls --channel telegram --state active --limit 20",
+        "sessionledger ls --channel telegram --state active --limit 20",
         _ls_args,
         _ls,
         json=True,
@@ -283,15 +283,14 @@ def _history_args(p: argparse.ArgumentParser) -> None:
 
 
 def _history(args: argparse.Namespace) -> int:
-    import projections
-    import replay
+    from sessionledger import projections, replay
 
     if args.max_tokens < 0:
         raise CliError(f"--max-tokens must be >= 0, not {args.max_tokens}")
     point = parse_point(args.at, "--at") if args.at is not None else None
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     if not store.exists(args.key):
-        raise CliError(f"no session {args.key!r} in the store (see: sessionlog ls)")
+        raise CliError(f"no session {args.key!r} in the store (see: sessionledger ls)")
     if point is None:
         state = store.load(args.key).state
     else:
@@ -338,7 +337,7 @@ COMMANDS.append(
     Command(
         "history",
         "exactly what the LLM would get from a session, with its token total",
-        "sessionlog history telegram:42 --max-tokens 8000 --timestamps --at 2026-11-25T10:00",
+        "sessionledger history telegram:42 --max-tokens 8000 --timestamps --at 2026-11-25T10:00",
         _history_args,
         _history,
         json=True,

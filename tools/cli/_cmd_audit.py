@@ -14,10 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-import replay
-from eventlog import BaseStore
+from sessionledger import replay
+from sessionledger.eventlog import BaseStore
 
-from ._cli_common import (
+from ._common import (
     CliError,
     Command,
     cut,
@@ -46,7 +46,7 @@ def progress_bar(total: int, what: str) -> Progress:
 
 def _need_session(store: BaseStore, key: str) -> None:
     if not store.exists(key):
-        raise CliError(f"no session {key!r} in the store (see: sessionlog ls)")
+        raise CliError(f"no session {key!r} in the store (see: sessionledger ls)")
 
 
 # -- verify ------------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ COMMANDS = [
     Command(
         "verify",
         "check every line's hash chain, seq and ids, and the heads against snapshots and catalog",
-        "sessionlog verify telegram:42",
+        "sessionledger verify telegram:42",
         _verify_args,
         _verify,
         json=True,
@@ -291,7 +291,7 @@ COMMANDS = [
     Command(
         "recover",
         "after a crash: cut torn tails into quarantine, check chains, rebuild snapshots and the catalog",
-        "sessionlog recover --skip-locked",
+        "sessionledger recover --skip-locked",
         _recover_args,
         _recover,
         json=True,
@@ -299,7 +299,7 @@ COMMANDS = [
     Command(
         "repair",
         "keep a corrupt log's valid prefix and move the rest into quarantine (nothing deleted)",
-        "sessionlog repair telegram:42",
+        "sessionledger repair telegram:42",
         _repair_args,
         _repair,
         json=True,
@@ -307,7 +307,7 @@ COMMANDS = [
     Command(
         "timeline",
         "each event with what it changed (the audit view)",
-        "sessionlog timeline telegram:42 --since 100",
+        "sessionledger timeline telegram:42 --since 100",
         _timeline_args,
         _timeline,
         json=True,
@@ -315,7 +315,7 @@ COMMANDS = [
     Command(
         "diff",
         "what changed in a session between two seqs",
-        "sessionlog diff telegram:42 10 40",
+        "sessionledger diff telegram:42 10 40",
         _diff_args,
         _diff,
         json=True,

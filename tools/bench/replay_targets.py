@@ -1,4 +1,4 @@
-"""Benchmark the replay functions against the issue's targets (run: python -m tools.bench_replay).
+"""Benchmark the replay functions against the issue's targets (run: python -m sessionledger.tools.bench_replay).
 
 - ``replay.verify`` and ``replay.recover`` over 1,000 sessions of 200 messages: <= 2 s each;
 - ``replay.verify`` of one 10,000-message log: >= 200 MB/s;
@@ -8,7 +8,7 @@ The sessions are windows of one realistic conversation (tool calls, tool results
 assistant replies) from ``tools.bench``'s workload. Each figure is the median of ``--runs``;
 the garbage collector stays on, as in an application. nanobot has no verify, recover or time
 travel, so there is no side-by-side figure; its nearest work (loading every session) is in
-``python -m tools.bench``.
+``python -m sessionledger.tools.bench``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import replay
-from eventlog import FileStore
-from tools.bench._workload import conversation
+from sessionledger import replay
+from sessionledger.eventlog import FileStore
+from sessionledger.tools.bench._workload import conversation
 
 _CPU: list[float] = []
 
@@ -62,7 +62,9 @@ def _big(root: Path, messages: int) -> FileStore:
 
 def main(argv: list[str] | None = None) -> None:
     """Build the stores, time each function, print figure, target and verdict."""
-    parser = argparse.ArgumentParser(prog="python -m tools.bench_replay", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m sessionledger.tools.bench_replay", description=__doc__
+    )
     parser.add_argument("--sessions", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)

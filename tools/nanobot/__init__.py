@@ -2,7 +2,7 @@
 
 Change one import and an agent written against nanobot runs unchanged::
 
-    from tools.nanobot import Session, SessionManager   # was: from nanobot.session.manager ...
+    from sessionledger.tools.nanobot import Session, SessionManager   # was: from nanobot.session.manager ...
 
     manager = SessionManager(workspace)
     session = manager.get_or_create("telegram:42")
@@ -15,9 +15,9 @@ The sessions live in ``<workspace>/sessions/.eventlog/``; nanobot's own ``sessio
 files are imported once, on first access (see :mod:`tools._nanobot_manager`).
 """
 
-from ._nanobot_import import LEDGER_NAME
-from ._nanobot_manager import STORE_DIRNAME, SessionManager
-from ._nanobot_session import FILE_MAX_MESSAGES, Session
+from ._import import LEDGER_NAME
+from ._manager import STORE_DIRNAME, SessionManager
+from ._session import FILE_MAX_MESSAGES, Session
 
 __all__ = (
     "FILE_MAX_MESSAGES",

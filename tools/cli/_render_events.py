@@ -1,4 +1,4 @@
-"""Render a session's events as a readable timeline (``sessionlog show`` and ``tail``).
+"""Render a session's events as a readable timeline (``sessionledger show`` and ``tail``).
 
 Tool calls and their results are paired: a result is printed folded under the assistant event
 that called it (when both are shown), not as a row of its own. Long content is cut with a marker
@@ -14,7 +14,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from eventlog import (
+from sessionledger.eventlog import (
     Cleared,
     Compacted,
     Consolidated,
@@ -27,7 +27,7 @@ from eventlog import (
     UnknownEvent,
 )
 
-from ._cli_common import cut, human_bytes
+from ._common import cut, human_bytes
 
 ROLE_STYLES = {
     "user": "bold cyan",

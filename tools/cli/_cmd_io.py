@@ -9,11 +9,11 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-import projections
-import replay
-from eventlog import BaseStore
+from sessionledger import projections, replay
+from sessionledger.eventlog import BaseStore
 
-from ._cli_common import (
+from ._cmd_audit import progress_bar
+from ._common import (
     CliError,
     Command,
     human_bytes,
@@ -22,7 +22,6 @@ from ._cli_common import (
     print_json,
     print_json_lines,
 )
-from ._cmd_audit import progress_bar
 from ._render_events import event_dict, timeline_table
 
 # -- import ------------------------------------------------------------------------------------
@@ -119,7 +118,7 @@ def _export(args: argparse.Namespace) -> int:
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     keys = store.keys() if args.all else [args.key]
     if args.key and not store.exists(args.key):
-        raise CliError(f"no session {args.key!r} in the store (see: sessionlog ls)")
+        raise CliError(f"no session {args.key!r} in the store (see: sessionledger ls)")
     target = Path(args.to).expanduser()
     if target.exists() and not target.is_dir():
         raise CliError(f"{target} is not a directory")
@@ -144,7 +143,7 @@ def _export(args: argparse.Namespace) -> int:
     return 1 if clashes else 0
 
 
-# -- follow (sessionlog tail -f) --------------------------------------------------------------
+# -- follow (sessionledger tail -f) --------------------------------------------------------------
 
 
 def follow_events(store: BaseStore, key: str, after: int, idle: float | None, as_json: bool) -> int:
@@ -208,7 +207,7 @@ COMMANDS = [
     Command(
         "import",
         "import nanobot session files/directories, seed-001 JSON sessions or our logs (twice is a no-op)",
-        "sessionlog import ~/.nanobot/workspace/sessions",
+        "sessionledger import ~/.nanobot/workspace/sessions",
         _import_args,
         _import,
         json=True,
@@ -216,7 +215,7 @@ COMMANDS = [
     Command(
         "export",
         "export a session or the whole store as our JSONL (byte-identical) or nanobot's format",
-        "sessionlog export --all --to ./backup --format jsonl",
+        "sessionledger export --all --to ./backup --format jsonl",
         _export_args,
         _export,
         json=True,
@@ -224,7 +223,7 @@ COMMANDS = [
     Command(
         "stats",
         "the store's figures: sessions by state, messages, tokens, usage against a budget",
-        "sessionlog stats --budget 128000",
+        "sessionledger stats --budget 128000",
         _stats_args,
         _stats,
         json=True,

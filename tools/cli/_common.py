@@ -1,4 +1,4 @@
-"""What every ``sessionlog`` command shares: opening a store, parsing points in time, output.
+"""What every ``sessionledger`` command shares: opening a store, parsing points in time, output.
 
 Rules: read commands never create or modify anything (a missing store is an error, not a new
 empty directory); every expected failure becomes :class:`CliError`, printed as one line on stderr
@@ -20,11 +20,11 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
-from eventlog import BaseStore, FileStore
+from sessionledger.eventlog import BaseStore, FileStore
 
 DEFAULT_STORE = "sessions"
-STORE_ENV = "SESSIONLOG_STORE"
-HASH_KEY_ENV = "SESSIONLOG_HASH_KEY"
+STORE_ENV = "SESSIONLEDGER_STORE"
+HASH_KEY_ENV = "SESSIONLEDGER_HASH_KEY"
 
 
 class CliError(Exception):
@@ -103,7 +103,7 @@ def close_opened() -> None:
 
 
 def _open_postgres(dsn: str, hash_key: str | None, schema: str) -> BaseStore:
-    from eventlog import PostgresStore
+    from sessionledger.eventlog import PostgresStore
 
     try:
         return opened(PostgresStore(dsn, hash_key=hash_key, schema=schema))

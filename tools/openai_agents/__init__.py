@@ -2,7 +2,7 @@
 
 ``Runner.run(agent, input, session=EventLogSession("chat-42", store))`` keeps every conversation
 item as a ``message`` event; ``pop_item`` appends ``retracted``, ``clear_session`` ``cleared``.
-The SDK itself (``pip install 'sessionlog[openai-agents]'``) is needed only to run agents: this
+The SDK itself (``pip install 'sessionledger[openai-agents]'``) is needed only to run agents: this
 module imports it for type checking only.
 
 Invariants:
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 import anyio.to_thread
 import msgspec
 
-from eventlog import (
+from sessionledger.eventlog import (
     ConflictError,
     FileStore,
     InvalidEventError,

@@ -1,0 +1,7 @@
+"""``python -m sessionledger.tools.cli``: the ``sessionledger`` command line."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
