@@ -1,27 +1,18 @@
-"""Benchmark: an agent loop that adds a message and saves, ours (``tools.nanobot``) vs nanobot's.
+"""The agent loop the adapter benchmark times: add a message, save; ours and nanobot's.
 
-Run it with the benchmark venv, which has nanobot-ai 0.2.2 (never install nanobot into the
-project's venv)::
-
-    PYTHONPATH=/work/main .bench/venv/bin/python tools/bench_adapter.py
-
-For each session size (1,000 and 10,000 messages) and each of ``save(session)`` and
-``save(session, fsync=True)``: a session is filled to the size and saved (not timed), then the
-loop ``session.add_message(...); manager.save(session)`` is timed for a number of iterations.
-A run's figure is the mean time per message; the figure reported is the median over the runs.
-Ours and nanobot's runs alternate, in the same process, on the same disk. The targets (issue 8):
-ours at least 100x faster per message at 1,000 messages and at least 1,000x at 10,000.
+A session is filled to the size and saved (not timed), then the loop
+``session.add_message(...); manager.save(session)`` (optionally ``save(session, fsync=True)``)
+runs for a number of iterations; a run's figure is the mean time per message. The "adapter"
+benchmark of ``python -m sessionledger.tools.bench`` alternates ours and nanobot's run by run.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,12 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-# Run as a script, this file's directory (tools/, which holds our nanobot.py) would shadow the
-# real nanobot package: take it off the path (``python -m sessionledger.tools.bench_adapter`` never adds it).
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
-
-TARGETS = {1_000: 100.0, 10_000: 1_000.0}
 _WORDS = [
     "the",
     "quick",
@@ -166,60 +151,3 @@ def fsync_floor(root: Path, iterations: int = 200) -> float:
         os.close(fd)
         os.unlink(name)
     return statistics.median(times)
-
-
-def fmt_time(seconds: float | None) -> str:
-    """A per-message time in the unit that reads best."""
-    if seconds is None:
-        return "-"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.1f} us"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print one row per size and fsync mode; exit 1 if a target fails."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000])
-    parser.add_argument("--runs", type=int, default=5, help="runs per figure (median)")
-    parser.add_argument("--dir", type=Path, default=None, help="where workspaces go (a disk)")
-    args = parser.parse_args(argv)
-    root = args.dir or Path(tempfile.gettempdir())
-    root.mkdir(parents=True, exist_ok=True)
-    mine = ours()
-    theirs = nanobot()
-    if theirs is None:
-        print("nanobot: not installed in this interpreter (run with the bench venv)")
-    print(f"python {sys.version.split()[0]}; workspaces in {root}; median of {args.runs} runs")
-    header = f"{'messages':>8} {'fsync':>5} {'ours/msg':>10} {'nanobot/msg':>12} {'ratio':>8} {'target':>7}"
-    print(f"disk floor: one append + fdatasync = {fmt_time(fsync_floor(root))} (median)")
-    print(header)
-    ok = True
-    for size in args.sizes:
-        for fsync in (False, True):
-            our_runs: list[float] = []
-            their_runs: list[float] = []
-            their_iterations = max(3, min(40, 20_000 // size))
-            for _ in range(args.runs):
-                our_runs.append(run_once(mine, root, size, 300, fsync))
-                if theirs is not None:
-                    their_runs.append(run_once(theirs, root, size, their_iterations, fsync))
-            mine_s = statistics.median(our_runs)
-            theirs_s = statistics.median(their_runs) if their_runs else None
-            ratio = theirs_s / mine_s if theirs_s else None
-            target = TARGETS.get(size)
-            meets = ratio is None or target is None or ratio >= target
-            ok = ok and meets
-            ratio_text = f"{ratio:,.0f}x" if ratio else "-"
-            target_text = f">={target:,.0f}x" if target else "-"
-            flag = "" if meets else "  MISSED"
-            print(
-                f"{size:>8} {fsync!s:>5} {fmt_time(mine_s):>10} {fmt_time(theirs_s):>12} "
-                f"{ratio_text:>8} {target_text:>7}{flag}"
-            )
-    print(f"disk floor after: {fmt_time(fsync_floor(root))}")
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
