@@ -80,6 +80,7 @@ from ._names import key_to_stem, stem_to_key
 from ._pg_common import CatalogRecord
 from ._pg_io import CommitUnknownError
 from ._pg_schema import SchemaVersionError
+from ._portable import portable, to_data
 from ._postgres import PostgresStore
 from ._postgres_async import AsyncPostgresStore
 from ._store import BaseStore
@@ -176,8 +177,10 @@ __all__ = (
     "key_to_stem",
     "new_event_id",
     "normalize_key",
+    "portable",
     "split_hash",
     "stem_to_key",
+    "to_data",
     "verify_chain",
     "workspace_key",
     "workspace_prefix",

@@ -44,8 +44,10 @@ from ._events import (
     UnknownEvent,
     UsageRecorded,
 )
+from ._portable import portable
 
 
+@portable("tokens_saved")
 class Compaction(msgspec.Struct, kw_only=True):
     """The latest compaction: ``summary`` stands for the first ``upto`` live messages."""
 
@@ -66,6 +68,7 @@ class Compaction(msgspec.Struct, kw_only=True):
         return self.tokens_before - self.tokens_after
 
 
+@portable()
 class UsageTotals(msgspec.Struct, kw_only=True):
     """Provider-reported token usage added up over LLM calls."""
 
@@ -84,6 +87,7 @@ class UsageTotals(msgspec.Struct, kw_only=True):
         self.total_tokens += event.total_tokens or event.prompt_tokens + event.completion_tokens
 
 
+@portable()
 class EndedConversation(msgspec.Struct, kw_only=True):
     """A conversation that ended inside the log (``/new`` or a reset); ``end_seq`` is its clear."""
 

@@ -48,6 +48,7 @@ from ._events import (
 )
 from ._fold import SessionState
 from ._jsonbytes import encode_json
+from ._portable import portable
 from ._tokens import TokenCounter
 
 _encode = msgspec.json.Encoder().encode
@@ -55,6 +56,7 @@ _R = TypeVar("_R")
 _RC = TypeVar("_RC", covariant=True)
 
 
+@portable("tokens_saved")
 class CompactionResult(msgspec.Struct, frozen=True, kw_only=True):
     """What :meth:`WriteAPI.compact` recorded (seed 004's ``CompactionResult``)."""
 

@@ -31,6 +31,7 @@ from sessionledger.eventlog import (
     SessionState,
     Trimmed,
     chain_hash,
+    portable,
     split_hash,
 )
 
@@ -41,6 +42,7 @@ ASSISTANT_PREVIEW: Final = 1
 USER_PREVIEW: Final = 2
 
 
+@portable()
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One session as the catalog lists it."""
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import msgspec
 
-from sessionledger.eventlog import InvalidEventError
+from sessionledger.eventlog import InvalidEventError, portable
 
 
+@portable()
 class SessionID(msgspec.Struct, frozen=True, kw_only=True):
     """A session key split into agent, channel, peer and optional thread."""
 

@@ -14,12 +14,13 @@ from collections import Counter
 
 import msgspec
 
-from sessionledger.eventlog import BaseStore, InvalidEventError
+from sessionledger.eventlog import BaseStore, InvalidEventError, portable
 
 from ._catalog import catalog_rows
 from ._catalog_row import SessionInfo
 
 
+@portable()
 class StoreStats(msgspec.Struct, frozen=True, kw_only=True):
     """Totals over every session of a store."""
 

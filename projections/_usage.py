@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from sessionledger.eventlog import BaseStore, SessionState, UsageTotals
+from sessionledger.eventlog import BaseStore, SessionState, UsageTotals, portable
 
 
 def context_start(state: SessionState) -> int:
@@ -41,6 +41,7 @@ def token_usage_ratio(state: SessionState, budget: int) -> float:
     return context_tokens(state) / budget
 
 
+@portable()
 class StoreUsage(msgspec.Struct, kw_only=True):
     """Provider-reported token usage over a whole store, in total, per model and per session."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
-from sessionledger.eventlog import ZERO_HASH
+from sessionledger.eventlog import ZERO_HASH, portable
 
 
 class Finding(NamedTuple):
@@ -27,6 +27,7 @@ class Finding(NamedTuple):
         return f"{where}: {self.what}"
 
 
+@portable("ok")
 @dataclass(slots=True)
 class SessionVerify:
     """What verifying one session's log found."""
@@ -51,6 +52,7 @@ class SessionVerify:
         return not self.problems
 
 
+@portable("ok")
 @dataclass(slots=True)
 class SessionRecover:
     """What recovering one session did and found."""
@@ -109,6 +111,7 @@ class _StoreReport(Generic[_S]):
         raise KeyError(key)
 
 
+@portable("ok")
 @dataclass(slots=True)
 class VerifyReport(_StoreReport["SessionVerify"]):
     """What :func:`replay.verify` found, per session and for the whole store."""
@@ -119,6 +122,7 @@ class VerifyReport(_StoreReport["SessionVerify"]):
         return sum(s.bytes for s in self.sessions)
 
 
+@portable("ok")
 @dataclass(slots=True)
 class RecoverReport(_StoreReport["SessionRecover"]):
     """What :func:`replay.recover` did, per session and for the whole store."""

@@ -27,6 +27,7 @@ from sessionledger.eventlog import (
     UnknownEvent,
     apply,
     fold,
+    portable,
 )
 
 from ._errors import PointNotFoundError
@@ -37,6 +38,7 @@ _MISSING: Any = object()
 _PREVIEW = 60
 
 
+@portable()
 class CompactionChange(msgspec.Struct, frozen=True, kw_only=True):
     """A compaction: which message seqs its summary stands for, and the tokens it saved."""
 
@@ -51,6 +53,7 @@ class CompactionChange(msgspec.Struct, frozen=True, kw_only=True):
     previous_upto: int | None
 
 
+@portable()
 class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One event and what it changed."""
 

@@ -47,6 +47,7 @@ from .eventlog import (
     StorageError,
     StoreClosedError,
     UnsafePathError,
+    to_data,
 )
 from .projections import SessionInfo, history, list_sessions
 from .replay import follow, recover, repair, state_at, timeline, verify
@@ -83,6 +84,7 @@ __all__ = (
     "replay",
     "state_at",
     "timeline",
+    "to_data",
     "verify",
 )
 
