@@ -128,3 +128,54 @@ def test_checker_sees_relative_function_level_and_dynamic_imports() -> None:
     ]
     in_package = imported_modules(b"from . import _x\n", "sessionledger.replay", is_package=True)
     assert in_package == [(1, "sessionledger.replay._x")]
+
+
+#: Reach-ins that are the point of the module, each with its reason.
+PRIVATE_ALLOWED: dict[str, str] = {
+    "tools/soak/_faults.py": "fault injection replaces the file store's write and fsync",
+    "tools/bench/postgres.py": "fills 100,000 catalog rows directly, with the store's column rules",
+}
+
+
+def _private_reach_ins(path: Path, source: bytes | None = None) -> list[str]:
+    """Imports by ``path`` of another part's private module or private name."""
+    own = module_name(path).split(".")[1]
+    tree = ast.parse(path.read_bytes() if source is None else source, filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        modules: list[tuple[str, list[str]]] = []
+        if isinstance(node, ast.Import):
+            modules = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules = [(node.module, [alias.name for alias in node.names])]
+        for module, names in modules:
+            parts = module.split(".")
+            if parts[0] != TOP or len(parts) < 2 or parts[1] == own:
+                continue
+            private = [p for p in parts[2:] if p.startswith("_")]
+            private += [n for n in names if n.startswith("_")]
+            if private:
+                line = getattr(node, "lineno", 0)
+                found.append(f"{path.relative_to(ROOT)}:{line}: {module} {private}")
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_private_name_crosses_a_package_boundary(package: str) -> None:
+    """What a sibling needs from another part is public there (in its ``__all__``)."""
+    violations = [
+        finding
+        for path in python_files(package)
+        if str(path.relative_to(ROOT)) not in PRIVATE_ALLOWED
+        for finding in _private_reach_ins(path)
+    ]
+    assert violations == []
+
+
+def test_reach_in_checker_finds_planted_ones() -> None:
+    probe = ROOT / "replay" / "_probe.py"
+    assert len(_private_reach_ins(probe, b"from sessionledger.eventlog._codec import x\n")) == 1
+    assert len(_private_reach_ins(probe, b"from sessionledger.eventlog import _filestore\n")) == 1
+    assert len(_private_reach_ins(probe, b"import sessionledger.projections._catalog as c\n")) == 1
+    assert _private_reach_ins(probe, b"from sessionledger.replay._verify import x\n") == []
+    assert _private_reach_ins(probe, b"from sessionledger.eventlog import FileStore\n") == []

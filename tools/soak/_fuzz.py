@@ -17,21 +17,24 @@ import contextlib
 import json
 import random
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
 from sessionledger import replay
 from sessionledger.eventlog import (
+    ZERO_HASH,
     EventLogError,
     LineDecoder,
     MemoryStore,
     chain_hash,
     decode_log,
     normalize_key,
+    split_hash,
 )
-from sessionledger.eventlog._codec import ZERO_HASH, split_hash
 
 from ._checks import ClaimFailed, claim
 
@@ -306,18 +309,11 @@ def check_import_input(data: bytes, kind: str) -> None:
         only_library_errors("parse_nanobot", lambda: replay.parse_nanobot(data, "x.jsonl"))
 
         def run() -> None:
-            session = replay.parse_nanobot(data, "x.jsonl")
-            from sessionledger.replay._importing import build_session
-
-            build_session(
-                store,
-                key=session.key,
-                origin="nanobot",
-                created_at=session.created_at,
-                metadata=session.metadata,
-                messages=session.messages,
-                last_consolidated=session.last_consolidated,
-            )
+            # Through the public importer, as a user would: parse, build the log, write it.
+            with tempfile.TemporaryDirectory(prefix="fuzz-import-") as tmp:
+                path = Path(tmp) / "x.jsonl"
+                path.write_bytes(data)
+                replay.import_nanobot(store, path)
 
         only_library_errors("nanobot import", run)
     else:
