@@ -71,7 +71,7 @@ def workspace_prefix(path: str | os.PathLike[str]) -> str:
 
 
 def workspace_key(path: str | os.PathLike[str], now: datetime | None = None) -> str:
-    """A new session key for a workspace: its prefix and a UTC timestamp (seed 001's scheme)."""
+    """A new session key for a workspace: its prefix and a UTC timestamp."""
     when = (now or datetime.now(UTC)).astimezone(UTC)
     return f"{workspace_prefix(path)}:{when.strftime('%Y%m%dT%H%M%S%f')}"
 

@@ -1,4 +1,4 @@
-"""When to compact, and when to refresh memory first (pure; seed 004's compaction policy).
+"""When to compact, and when to refresh memory first (pure).
 
 The usage ratio is the context's stored token count over the budget (see :mod:`._usage`).
 - ``should_compact``: the ratio is at or above the hard threshold.

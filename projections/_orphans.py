@@ -7,7 +7,7 @@ Invariants (DESIGN "Precise rules", nanobot's ``find_legal_message_start``):
   and the declared set is emptied. A tool message without an id is never an orphan here.
 - :func:`legal_start` returns the position after the last orphan (0 when there is none), so
   ``messages[legal_start(messages):]`` never begins with, nor contains, an orphan result.
-- :func:`orphaned_tool_indices` is seed 000's stricter clean-up over a whole list: a tool
+- :func:`orphaned_tool_indices` is the stricter clean-up over a whole list: a tool
   message is kept only when its id was declared by some assistant message anywhere in it.
 """
 
@@ -51,7 +51,7 @@ def legal_start(messages: Iterable[Mapping[str, Any]]) -> int:
 def orphaned_tool_indices(messages: Sequence[Mapping[str, Any]]) -> list[int]:
     """Indices of tool messages whose id no assistant message in ``messages`` declared.
 
-    A tool message without an id counts as orphaned (seed 000's rule).
+    A tool message without an id counts as orphaned here.
     """
     declared: set[str] = set()
     for message in messages:

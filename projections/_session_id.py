@@ -1,4 +1,4 @@
-"""Structured session keys: ``agent:channel:peer[:thread]`` (seed 004's ``SessionID``), pure.
+"""Structured session keys: ``agent:channel:peer[:thread]`` pure.
 
 Rules:
 - :meth:`SessionID.parse` is strict: three or four ``:``-separated parts, none empty, and the

@@ -1,11 +1,11 @@
-"""Store-wide statistics from the catalog (seed 004's ``SessionManagerStats``), pure over rows.
+"""Store-wide statistics from the catalog, pure over rows.
 
 Rules:
 - Counts come from the catalog rows: sessions by lifecycle state (``active``, ``idle``,
   ``archived``; ``compacting`` and ``suspended`` are counted in ``by_state`` only), live
   messages and live tokens summed.
-- The usage ratio of a session is its live tokens divided by the budget (seed 004's
-  ``TokenUsageRatio``: token count over max tokens); with no positive budget there are no ratios.
+- The usage ratio of a session is its live tokens divided by the budget
+  (token count over max tokens); with no positive budget there are no ratios.
 """
 
 from __future__ import annotations

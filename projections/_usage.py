@@ -1,4 +1,4 @@
-"""How much of a token budget a session's context uses (pure; seed 004's ``TokenUsageRatio``).
+"""How much of a token budget a session's context uses (pure).
 
 Invariants:
 - The context is what :func:`projections.history` may send: the live messages from

@@ -1,4 +1,4 @@
-"""Import seed 001's JSON session files (``SessionData``: one JSON document per session).
+"""Import JSON session files (``SessionData``: one JSON document per session).
 
 A file holds ``version``, ``session_id``, ``created_at``, ``updated_at``, ``model``,
 ``workspace_root``, ``messages`` (message dicts) and ``token_usage``. Rules:

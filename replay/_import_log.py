@@ -73,7 +73,7 @@ def sniff(path: Path) -> str:
 
 
 def import_path(store: BaseStore, path: str | Path) -> ImportReport:
-    """Import whatever ``path`` holds: our logs, nanobot sessions, or seed 001's JSON files."""
+    """Import whatever ``path`` holds: our logs, nanobot sessions, or JSON session documents."""
     where = Path(path)
     kind = sniff(where)
     if kind == "log":

@@ -6,6 +6,7 @@ works from a project folder whose own ``tools`` and ``replay`` must stay importa
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -29,8 +30,17 @@ def _run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Built from a copy, so setuptools' build/ and egg-info never land in the working tree.
+    source = tmp_path_factory.mktemp("source") / "src"
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", ".bench", "*.egg-info", "__pycache__", ".*_cache"
+    )
+    shutil.copytree(ROOT, source, symlinks=True, ignore=skip)
     out = tmp_path_factory.mktemp("wheel")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)], ROOT)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
+        source,
+    )
     (built,) = out.glob("sessionledger-*.whl")
     return built
 

@@ -1,4 +1,4 @@
-"""Read-side benchmarks: reopen + fold (issue 2), LLM history and the session list (issue 3).
+"""Read-side benchmarks: reopen + fold, LLM history and the session list.
 
 Each reads logs written once per run (untimed) and nanobot session files holding the same
 messages. Benchmarks of projections that have not landed yet report "not available" instead of

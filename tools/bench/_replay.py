@@ -1,4 +1,4 @@
-"""Replay benchmarks (issue 4): verify and recover over many sessions, verify MB/s, state_at.
+"""Replay benchmarks: verify and recover over many sessions, verify MB/s, state_at.
 
 nanobot has no verify, recover or time travel: these rows carry our figure and the target
 only (its nearest work, loading every session, is what the list benchmark already times).

@@ -1,4 +1,4 @@
-"""Write-side benchmarks (issue 2): appends under each durability, beside nanobot's saves.
+"""Write-side benchmarks : appends under each durability, beside nanobot's saves.
 
 nanobot persists a message by ``add_message`` then ``save``, which rewrites the whole session
 file, so its cost per message grows with the session. It is measured by sampling: a session
