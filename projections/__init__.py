@@ -12,9 +12,11 @@ from ._catalog import (
 from ._catalog_row import SessionInfo
 from ._compaction_policy import CompactionPolicy
 from ._history import (
+    ATTACHMENT_HINTS_MAX,
     DEFAULT_MAX_MESSAGES,
     SUMMARY_PREFIX,
     SUMMARY_ROLE,
+    attachment_hints,
     history,
     history_with_tokens,
 )
@@ -48,6 +50,7 @@ from ._usage import (
 )
 
 __all__ = (
+    "ATTACHMENT_HINTS_MAX",
     "DEFAULT_MAX_MESSAGES",
     "FILE_MAX_MESSAGES",
     "PREVIEW_MAX_CHARS",
@@ -62,6 +65,7 @@ __all__ = (
     "StoreUsage",
     "TrimPlan",
     "apply_plan",
+    "attachment_hints",
     "catalog_heads",
     "catalog_rows",
     "content_text",

@@ -3,13 +3,17 @@
 Rules (nanobot's ``get_history`` contract, in order):
 1. The window starts at :func:`context_start` (after ``last_consolidated`` and after the latest
    compaction's ``upto``) and holds the newest ``max_messages`` of what follows
-   (``max_messages <= 0`` means 120).
+   (``max_messages <= 0`` means 120). With ``extend_to_user``, a window that holds no user
+   message starts instead at the nearest earlier user message after the context start (or at
+   a ``_channel_delivery`` message just before it), so a turn is never cut off from its user.
 2. It is aligned to its first user message, keeping a ``_channel_delivery`` message just before
    it; a window without a user message is kept as it is.
 3. Orphan tool results at the front are dropped (:func:`legal_start`).
 4. Each message becomes an entry: ``_command`` messages are skipped; assistant string content is
    sanitised (:func:`sanitize_assistant_text`); a user message with ``media`` gets one
-   ``[image: path]`` line per non-empty path (an image-only turn becomes the breadcrumbs); with
+   ``[image: path]`` line per non-empty path (an image-only turn becomes the breadcrumbs), then
+   the ``[CLI App Attachment: ...]`` and ``[MCP Preset Attachment: ...]`` hints of its
+   ``cli_apps`` and ``mcp_presets`` (:func:`attachment_hints`); with
    ``include_timestamps`` a user turn with a ``timestamp`` gets ``[Message Time: <ts>]\\n`` in
    front; an assistant entry left empty is dropped unless the message has ``tool_calls``,
    ``reasoning_content`` or ``thinking_blocks``; only role, content, tool_calls, tool_call_id,
@@ -32,6 +36,7 @@ backwards and building stops once the budget is spent, so the cost is O(window),
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sessionledger.eventlog import MessageAppended, SessionState, estimate_tokens
@@ -45,6 +50,9 @@ DEFAULT_MAX_MESSAGES: Final = 120
 SUMMARY_ROLE: Final = "system"
 SUMMARY_PREFIX: Final = "Summary of the earlier conversation:\n"
 
+#: How many ``cli_apps`` / ``mcp_presets`` items a user message's hints look at.
+ATTACHMENT_HINTS_MAX: Final = 8
+
 _KEPT_KEYS: Final = ("tool_calls", "tool_call_id", "name", "reasoning_content", "thinking_blocks")
 _KEEPS_EMPTY_ASSISTANT: Final = ("tool_calls", "reasoning_content", "thinking_blocks")
 
@@ -53,6 +61,46 @@ Entry = dict[str, Any]
 
 def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _attachment_lines(items: object, line: Callable[[dict[str, Any], str], str]) -> list[str]:
+    if not isinstance(items, list):
+        return []
+    out: list[str] = []
+    for item in items[:ATTACHMENT_HINTS_MAX]:
+        if not isinstance(item, dict):
+            continue
+        name = str(item.get("name") or "").strip().lower()
+        if name:
+            out.append(line(item, name))
+    return out
+
+
+def _cli_app_line(item: dict[str, Any], name: str) -> str:
+    entry = str(item.get("entry_point") or "unknown").strip() or "unknown"
+    return (
+        f"[CLI App Attachment: @{name}; tool=run_cli_app; entry_point={entry}; "
+        f"skill=skills/cli-app-{name}/SKILL.md]"
+    )
+
+
+def _mcp_preset_line(item: dict[str, Any], name: str) -> str:
+    transport = str(item.get("transport") or "mcp").strip() or "mcp"
+    return f"[MCP Preset Attachment: @{name}; tool_prefix=mcp_{name}_; transport={transport}]"
+
+
+def attachment_hints(message: Mapping[str, Any]) -> list[str]:
+    """The hint blocks a user message's ``cli_apps`` and ``mcp_presets`` add to its text.
+
+    One block per kind that yields at least one line (lines joined by ``\n``); each kind looks
+    at its first :data:`ATTACHMENT_HINTS_MAX` items and skips those without a name.
+    """
+    blocks = []
+    for key, line in (("cli_apps", _cli_app_line), ("mcp_presets", _mcp_preset_line)):
+        lines = _attachment_lines(message.get(key), line)
+        if lines:
+            blocks.append("\n".join(lines))
+    return blocks
 
 
 def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int] | None:
@@ -78,6 +126,9 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
             else:
                 added += _utf8_len(crumbs)
                 content = crumbs
+        for hint in attachment_hints(message):
+            added += (1 if content else 0) + _utf8_len(hint)
+            content = f"{content}\n{hint}" if content else hint
         if include_timestamps:
             timestamp = message.get("timestamp")
             if timestamp:
@@ -91,17 +142,30 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
     return entry, event.tokens + (added + 3) // 4
 
 
-def _window_start(state: SessionState, max_messages: int) -> int:
+def _window_start(state: SessionState, max_messages: int, extend_to_user: bool = False) -> int:
     """Rules 1-3: the index in ``state.messages`` where the window begins."""
     messages = state.messages
     n = len(messages)
     limit = max_messages if max_messages > 0 else DEFAULT_MAX_MESSAGES
-    lo = max(context_start(state), n - limit)
+    base = context_start(state)
+    lo = max(base, n - limit)
+    if extend_to_user and lo > base and not any(_is_user(messages[i]) for i in range(lo, n)):
+        back = next((i for i in range(lo - 1, base - 1, -1) if _is_user(messages[i])), None)
+        if back is not None:
+            lo = (
+                back - 1
+                if back > base and messages[back - 1].message.get("_channel_delivery")
+                else back
+            )
     for i in range(lo, n):
         if messages[i].message.get("role") == "user":
             lo = i - 1 if i > lo and messages[i - 1].message.get("_channel_delivery") else i
             break
     return lo + legal_start(messages[i].message for i in range(lo, n))
+
+
+def _is_user(event: MessageAppended) -> bool:
+    return bool(event.message.get("role") == "user")
 
 
 def _first_user(entries: list[tuple[Entry, int]]) -> int | None:
@@ -161,10 +225,11 @@ def history_with_tokens(
     include_timestamps: bool = False,
     *,
     include_summary: bool = False,
+    extend_to_user: bool = False,
 ) -> list[tuple[dict[str, Any], int]]:
     """:func:`history` with the token count each entry was charged, entry by entry."""
     summary = _summary_entry(state) if include_summary else None
-    lo = _window_start(state, max_messages)
+    lo = _window_start(state, max_messages, extend_to_user)
     if max_tokens > 0:
         budget = max(1, max_tokens - summary[1]) if summary else max_tokens
         out = _slice_tokens(state, lo, budget, include_timestamps)
@@ -189,6 +254,7 @@ def history(
     include_timestamps: bool = False,
     *,
     include_summary: bool = False,
+    extend_to_user: bool = False,
 ) -> list[dict[str, Any]]:
     """The messages an LLM call takes, by nanobot's ``get_history`` rules (see the module doc).
 
@@ -205,5 +271,6 @@ def history(
             max_tokens,
             include_timestamps,
             include_summary=include_summary,
+            extend_to_user=extend_to_user,
         )
     ]

@@ -65,10 +65,22 @@ class TrimPlan(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-def _legal_suffix_bounds(messages: Sequence[MessageAppended], max_messages: int) -> tuple[int, int]:
+def _legal_suffix_bounds(
+    messages: Sequence[MessageAppended], max_messages: int, extend_to_user: bool = False
+) -> tuple[int, int]:
     """nanobot's ``retain_recent_legal_suffix`` as the kept range ``[lo, hi)``."""
     n = len(messages)
     lo, hi = n - max_messages, n
+    if extend_to_user:
+        back = next((i for i in range(lo, -1, -1) if messages[i].message.get("role") == "user"), lo)
+        lo = back
+        first_user = next(
+            (i for i in range(lo, n) if messages[i].message.get("role") == "user"), None
+        )
+        if first_user is not None:
+            lo = first_user
+        # No hard cap: the caller asked for the whole turn back to its user message.
+        return lo + legal_start(messages[i].message for i in range(lo, n)), n
     first_user = next((i for i in range(lo, n) if messages[i].message.get("role") == "user"), None)
     if first_user is not None:
         lo = first_user
@@ -93,8 +105,14 @@ def _cursor_after(state: SessionState, drop: int, retract: int) -> int:
     return min(max(0, state.last_consolidated - drop), left)
 
 
-def retain_recent_legal_suffix(state: SessionState, max_messages: int) -> TrimPlan:
+def retain_recent_legal_suffix(
+    state: SessionState, max_messages: int, *, extend_to_user: bool = False
+) -> TrimPlan:
     """Keep at most ``max_messages``, starting on a user turn at a legal tool boundary.
+
+    With ``extend_to_user`` (nanobot's idle compaction) the suffix starts at the user message at
+    or before the newest ``max_messages`` (then on a user turn, at a legal tool boundary), and
+    may hold more than ``max_messages``: a turn is kept whole rather than cut.
 
     ``max_messages <= 0`` clears the session (when it holds anything to clear). When the newest
     ``max_messages`` hold no user turn, the window is anchored at the latest user turn and runs
@@ -113,7 +131,7 @@ def retain_recent_legal_suffix(state: SessionState, max_messages: int) -> TrimPl
         )
     if n <= max_messages:
         return TrimPlan(reason="retain_suffix", seq=state.seq, kept=n)
-    lo, hi = _legal_suffix_bounds(messages, max_messages)
+    lo, hi = _legal_suffix_bounds(messages, max_messages, extend_to_user)
     return TrimPlan(reason="retain_suffix", seq=state.seq, drop=lo, retract=n - hi, kept=hi - lo)
 
 

@@ -123,13 +123,19 @@ class Session:
         *,
         max_tokens: int = 0,
         include_timestamps: bool = False,
+        extend_to_user: bool = False,
     ) -> list[dict[str, Any]]:
-        """Return unconsolidated messages for LLM input (``projections.history`` on the log state)."""
+        """Return unconsolidated messages for LLM input (``projections.history`` on the log state).
+
+        ``extend_to_user`` (nanobot 0.2.2) starts a window that holds no user message at the
+        nearest earlier one, so a subagent's turn is never replayed without its user message.
+        """
         return projections.history(
             self.log_state(),
             max_messages,
             max_tokens=max_tokens,
             include_timestamps=include_timestamps,
+            extend_to_user=extend_to_user,
         )
 
     def clear(self) -> None:
@@ -139,11 +145,15 @@ class Session:
         self.updated_at = datetime.now()
         self.metadata.pop("_last_summary", None)
 
-    def retain_recent_legal_suffix(self, max_messages: int) -> tuple[list[dict[str, Any]], int]:
+    def retain_recent_legal_suffix(
+        self, max_messages: int, *, extend_to_user: bool = False
+    ) -> tuple[list[dict[str, Any]], int]:
         """Keep a legal recent suffix of at most ``max_messages`` (``projections`` plan).
 
-        Returns ``(dropped, already_consolidated)`` as nanobot 0.2.2 does: the removed messages
-        in their order, and how many of them were below the consolidation cursor.
+        With ``extend_to_user`` the suffix reaches back to the user message that starts the
+        turn, and may then hold more than ``max_messages``. Returns ``(dropped,
+        already_consolidated)`` as nanobot 0.2.2 does: the removed messages in their order, and
+        how many of them were below the consolidation cursor.
         """
         if max_messages <= 0:
             dropped = list(self.messages)
@@ -153,7 +163,10 @@ class Session:
         state = self.log_state()
         if len(state.messages) <= max_messages:
             return [], 0
-        return self._take(state, projections.retain_recent_legal_suffix(state, max_messages))
+        plan = projections.retain_recent_legal_suffix(
+            state, max_messages, extend_to_user=extend_to_user
+        )
+        return self._take(state, plan)
 
     def enforce_file_cap(
         self,
