@@ -34,6 +34,7 @@ from ._names import check_key
 from ._store import BaseStore
 from ._store_types import LoadedLog, OpenReport
 from ._tokens import TokenCounter
+from ._values import check_fields
 from ._writer import Durability
 
 _T = TypeVar("_T")
@@ -101,7 +102,10 @@ class AsyncBaseStore:
         Waits up to the store's ``lock_timeout`` for another process's writer lock, then raises
         :class:`LockedError`.
         """
-        return await self._session(check_key(key), create=True, metadata=metadata)
+        key = check_key(key)
+        if metadata:
+            check_fields(metadata, "metadata")
+        return await self._session(key, create=True, metadata=metadata)
 
     async def open(self, key: str) -> AsyncSessionWriter:
         """Like :meth:`session`, but raise :class:`SessionNotFoundError` for a new key."""

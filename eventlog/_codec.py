@@ -33,6 +33,7 @@ from ._events import (
     UnknownEvent,
 )
 from ._jsonbytes import escape_unsafe
+from ._values import LINE_MAX_DEPTH, line_too_deep
 
 ZERO_HASH: Final = "0" * 32
 _GC_PAUSE_BYTES: Final = 1 << 20
@@ -254,6 +255,8 @@ class LineDecoder:
         # Decode from a copy of just this line: a message's body (msgspec.Raw) references the
         # buffer it was decoded from, and must not keep the whole log (or chunk) alive.
         line = buf[start:end]
+        if line_too_deep(line):  # the writer refuses such values: never a RecursionError
+            return f"nested deeper than {LINE_MAX_DEPTH} containers"
         if self.expect_header:
             try:
                 header = _header_decoder.decode(line)

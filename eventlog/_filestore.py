@@ -32,7 +32,14 @@ from typing import Any
 import msgspec
 
 from ._changes import ChangeTable, ChangeView, slot_of
-from ._errors import LockedError, NotALogError, SessionNotFoundError, StorageError, UnsafePathError
+from ._errors import (
+    EventLogError,
+    LockedError,
+    NotALogError,
+    SessionNotFoundError,
+    StorageError,
+    UnsafePathError,
+)
 from ._fileviews import (
     list_log_names,
     read_from,
@@ -40,10 +47,18 @@ from ._fileviews import (
     remove_file,
     scan_logs,
     stat_log,
-    write_atomic,
 )
 from ._lifecycle import TrashEntry
 from ._names import key_to_stem, stem_to_key
+from ._safeio import (
+    append_private,
+    fsync_dir,
+    open_regular,
+    read_bytes,
+    read_first_line,
+    storage_error,
+    write_atomic,
+)
 from ._store import BaseStore
 from ._tokens import TokenCounter
 from ._views import LogStat
@@ -63,59 +78,12 @@ _fsync = os.fdatasync if hasattr(os, "fdatasync") else os.fsync
 
 
 def _open_nofollow(path: str, flags: int, mode: int = 0o600) -> int:
-    try:
-        return os.open(path, flags, mode)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePathError(path, "it is a symlink") from exc
-        if exc.errno == errno.EISDIR:
-            raise UnsafePathError(path, "not a regular file") from exc
-        raise
+    return open_regular(path, flags, action="open", mode=mode)
 
 
 def read_file(path: str) -> bytes | None:
     """Read a whole regular file without following a symlink (None if it does not exist)."""
-    try:
-        fd = _open_nofollow(path, _READ_FLAGS)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePathError(path, "not a regular file")
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, max(st.st_size + 1, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    """Make a directory entry change (create, rename, unlink) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def append_private(path: str, data: bytes, *, sync: bool) -> None:
-    """Append ``data`` to a 0600 file beside the logs (quarantine), never through a symlink."""
-    fd = _open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    return read_bytes(path)
 
 
 class _FileIO:
@@ -297,6 +265,9 @@ class FileStore(BaseStore):
                 if created and self.durability != "none":
                     fsync_dir(str(self.root))
                 data = self._read_fd(fd)
+            except OSError as exc:
+                os.close(fd)
+                raise storage_error(path, "open", exc) from exc
             except BaseException:
                 os.close(fd)
                 raise
@@ -358,6 +329,8 @@ class FileStore(BaseStore):
             if size <= offset:
                 return size, b""
             return size, os.pread(fd, size - offset, offset)
+        except OSError as exc:
+            raise storage_error(path, "read", exc) from exc
         finally:
             os.close(fd)
 
@@ -391,9 +364,13 @@ class FileStore(BaseStore):
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
-            key = stem_to_key(name[: -len(LOG_SUFFIX)])
+            stem = name[: -len(LOG_SUFFIX)]
+            key = stem_to_key(stem)
             if key is None:
                 key = self._key_from_header(entry.path)
+                # A file not at its key's own path is never opened for that key: not listed.
+                if key is not None and (not key or key_to_stem(key) != stem):
+                    key = None
             if key is not None:
                 keys.append(key)
         return keys
@@ -401,19 +378,11 @@ class FileStore(BaseStore):
     @staticmethod
     def _key_from_header(path: str) -> str | None:
         try:
-            fd = _open_nofollow(path, _READ_FLAGS)
-        except (OSError, UnsafePathError):
+            first = read_first_line(path)
+        except EventLogError:
             return None
-        try:
-            chunks: list[bytes] = []
-            while True:  # the header line can be longer than one read (large metadata)
-                chunk = os.read(fd, 1 << 16)
-                chunks.append(chunk)
-                if not chunk or b"\n" in chunk:
-                    break
-            first = b"".join(chunks).split(b"\n", 1)[0]
-        finally:
-            os.close(fd)
+        if first is None:
+            return None
         try:
             header = msgspec.json.decode(first, type=dict[str, Any])
         except msgspec.DecodeError:

@@ -17,8 +17,9 @@ from pathlib import Path
 import msgspec
 
 from ._errors import UnsafePathError
-from ._filestore import fsync_dir, read_file
+from ._filestore import read_file
 from ._lifecycle import TrashEntry
+from ._safeio import fsync_dir
 
 TRASH_DIR = ".trash"
 ENTRY_FILE = "entry.json"

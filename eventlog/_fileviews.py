@@ -1,9 +1,8 @@
 """File-store side of the derived views: atomic private files, log listing and stats, tail reads.
 
 Invariants:
-- A view file is written whole to a temporary name starting with ``.`` (a name
-  :func:`~eventlog.key_to_stem` never produces, so no temporary file is ever taken for a log),
-  created 0600 with ``O_EXCL | O_NOFOLLOW``, then renamed over the target: a reader sees the old
+- A view file is written whole to a temporary file in ``.staging/`` (see
+  :func:`eventlog._safeio.write_atomic`), then renamed over the target: a reader sees the old
   file or the new one, never a mix. Views are derived, so they are not fsynced; a view damaged
   by a power loss fails its own check and is rebuilt.
 - Nothing is read through a symlink; a view path that is not a regular file is treated as
@@ -12,40 +11,17 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import stat
 
+from ._errors import UnsafePathError
+from ._safeio import read_regular, remove
 from ._views import LogStat
-
-_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-
-
-def write_atomic(directory: str, name: str, data: bytes) -> None:
-    """Replace ``directory/name`` with ``data`` (0600, via a temporary file and a rename)."""
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, _CREATE_FLAGS, 0o600)
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.rename(tmp, os.path.join(directory, name))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def remove_file(path: str) -> None:
     """Remove ``path`` if it exists."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    remove(path)
 
 
 def read_view(path: str) -> bytes | None:
@@ -57,27 +33,9 @@ def read_view(path: str) -> bytes | None:
 def read_from(path: str, offset: int) -> tuple[int, bytes] | None:
     """A regular file's length and its bytes from ``offset`` on (None if absent or unsafe)."""
     try:
-        fd = os.open(path, _READ_FLAGS)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-            return None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        size = st.st_size
-        chunks: list[bytes] = []
-        pos = offset
-        while True:
-            chunk = os.pread(fd, max(size - pos, 1 << 16), pos)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            pos += len(chunk)
-        return max(size, pos), b"".join(chunks)
-    finally:
-        os.close(fd)
+        return read_regular(path, offset=offset)
+    except UnsafePathError:
+        return None
 
 
 def scan_logs(directory: str, suffix: str) -> list[LogStat]:

@@ -30,6 +30,7 @@ from ._lifecycle import LifecycleOps
 from ._names import check_key
 from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
+from ._values import check_fields
 from ._views import ViewStorage
 from ._writer import Durability, SessionWriter, check_durability, new_event_id
 
@@ -436,13 +437,7 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
 
 
 def _check_metadata(metadata: Mapping[str, Any]) -> None:
-    """Raise :class:`InvalidEventError` (before anything is written) for unencodable metadata."""
-    for name, value in dict(metadata).items():
-        if not isinstance(name, str):
-            raise InvalidEventError(f"metadata keys must be str, not {name!r}")
-        try:
-            msgspec.json.encode(value)
-        except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
-            raise InvalidEventError(
-                f"metadata field {name!r} is not JSON-serialisable: {exc}"
-            ) from exc
+    """Raise :class:`InvalidEventError` (before anything is written) for a value JSON cannot carry."""
+    if not isinstance(metadata, Mapping):
+        raise InvalidEventError(f"metadata must be a dict, not {type(metadata).__name__}")
+    check_fields(metadata, "metadata")

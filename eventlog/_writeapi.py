@@ -50,6 +50,7 @@ from ._fold import SessionState
 from ._jsonbytes import encode_json
 from ._portable import portable
 from ._tokens import TokenCounter
+from ._values import check_fields
 
 _encode = msgspec.json.Encoder().encode
 _R = TypeVar("_R")
@@ -260,9 +261,7 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise InvalidEventError(f"message role must be a non-empty str, not {role!r}")
-        for name in message:
-            if not isinstance(name, str):
-                raise InvalidEventError(f"message keys must be str, not {name!r}")
+        check_fields(message, "message")
         msg = dict(message)
         try:
             tokens = int(self._count_tokens(msg))
@@ -293,7 +292,8 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
             raise InvalidEventError("unset takes a list of keys, not one str")
         values = dict(set or {})
         removed = list(unset)
-        for name in (*values, *removed):
+        check_fields(values, "metadata")
+        for name in removed:
             if not isinstance(name, str):
                 raise InvalidEventError(f"metadata keys must be str, not {name!r}")
         draft = Draft(
@@ -349,6 +349,7 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
             _check_count("removed", removed)
         if kept is not None:
             _check_count("kept", kept)
+        check_fields(extra, "compaction")
 
         def make(state: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
             _check_live(state, "upto", upto)

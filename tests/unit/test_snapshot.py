@@ -227,6 +227,7 @@ def test_snapshot_file_is_private_and_not_a_log(tmp_path: Path) -> None:
     path = store.snapshot_path("k")
     assert path.stat().st_mode & 0o777 == 0o600
     assert store.keys() == ["k"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["k.jsonl", "k.snapshot"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".staging", "k.jsonl", "k.snapshot"]
+    assert list((tmp_path / ".staging").iterdir()) == []  # the temporary was renamed into place
     store.delete("k")
     assert not path.exists()
