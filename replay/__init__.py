@@ -18,7 +18,8 @@ True
 
 import typing as _typing
 
-from ._errors import ForeignFormatError, PointNotFoundError, RecoverRefusedError
+from ._document import Document, session_document
+from ._errors import ForeignFormatError, PointNotFoundError, RecoverRefusedError, RedactionError
 from ._export import (
     ExportedFile,
     ExportReport,
@@ -28,9 +29,12 @@ from ._export import (
     nanobot_lines,
     nanobot_name,
 )
+from ._export_md import export_markdown, render_markdown
 from ._follow import Follow, PollingWaker, Waker, follow
 from ._importing import ImportReport, SessionImport
+from ._modelview import ModelView, ViewRow, model_view
 from ._recover import recover
+from ._redact import MASK, NO_REDACTION, Redaction
 from ._repair import RepairReport, repair
 from ._report import Finding, RecoverReport, SessionRecover, SessionVerify, VerifyReport
 from ._timeline import (
@@ -43,6 +47,7 @@ from ._timeline import (
     timeline,
 )
 from ._timetravel import state_at
+from ._transcript import Item, Replaced, ToolCall, build_items, message_item
 from ._verify import check_log, verify, verify_session
 
 if _typing.TYPE_CHECKING:
@@ -79,32 +84,44 @@ def __dir__() -> list[str]:
 
 
 __all__ = (
+    "MASK",
+    "NO_REDACTION",
     "CompactionChange",
+    "Document",
     "ExportReport",
     "ExportedFile",
     "Finding",
     "Follow",
     "ForeignFormatError",
     "ImportReport",
+    "Item",
+    "ModelView",
     "NanobotSession",
     "PointNotFoundError",
     "PollingWaker",
     "RecoverRefusedError",
     "RecoverReport",
+    "Redaction",
+    "RedactionError",
     "RepairReport",
+    "Replaced",
     "SessionData",
     "SessionImport",
     "SessionRecover",
     "SessionVerify",
     "StateDiff",
     "TimelineEntry",
+    "ToolCall",
     "VerifyReport",
+    "ViewRow",
     "Waker",
+    "build_items",
     "check_log",
     "describe_event",
     "diff",
     "diff_states",
     "export_jsonl",
+    "export_markdown",
     "export_nanobot",
     "export_store",
     "follow",
@@ -112,12 +129,16 @@ __all__ = (
     "import_nanobot",
     "import_path",
     "import_session_json",
+    "message_item",
+    "model_view",
     "nanobot_lines",
     "nanobot_name",
     "parse_nanobot",
     "parse_session_json",
     "recover",
+    "render_markdown",
     "repair",
+    "session_document",
     "state_at",
     "timeline",
     "verify",

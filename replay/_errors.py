@@ -36,3 +36,7 @@ class PointNotFoundError(EventLogError, ValueError):
     def __init__(self, path: str, what: str) -> None:
         super().__init__(f"{path}: {what}")
         self.path = path
+
+
+class RedactionError(EventLogError, ValueError):
+    """A field named for redaction is not one the redaction rules know how to find."""

@@ -103,16 +103,36 @@ def _import(args: argparse.Namespace) -> int:
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", nargs="?", help="one session (or --all)")
     p.add_argument("--all", action="store_true", help="every session of the store")
-    p.add_argument("--to", required=True, metavar="DIR", help="directory to write into")
+    p.add_argument("--to", metavar="DIR", help="directory to write into (jsonl, nanobot)")
     p.add_argument(
         "--format",
-        choices=("jsonl", "nanobot"),
+        choices=("jsonl", "nanobot", "md", "html"),
         default="jsonl",
-        help="our log lines (byte-identical) or nanobot's plain format",
+        help="our log lines (byte-identical), nanobot's plain format, or a readable Markdown or "
+        "self-contained HTML document of one session",
+    )
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="md/html: write to FILE (default: stdout)"
+    )
+    p.add_argument(
+        "--redact",
+        nargs="+",
+        metavar="FIELD",
+        default=[],
+        help="md/html: mask these fields: content, ROLE.FIELD (tool.content), metadata.KEY, "
+        "summary",
     )
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.format in ("md", "html"):
+        from ._cmd_web import export_readable
+
+        return export_readable(args)
+    if args.output or args.redact:
+        raise CliError("-o and --redact are for --format md or html; jsonl and nanobot use --to")
+    if not args.to:
+        raise CliError("give --to DIR to export as jsonl or nanobot")
     if bool(args.key) == bool(args.all):
         raise CliError("give one KEY or --all")
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
@@ -214,8 +234,8 @@ COMMANDS = [
     ),
     Command(
         "export",
-        "export a session or the whole store as our JSONL (byte-identical) or nanobot's format",
-        "sessionledger export --all --to ./backup --format jsonl",
+        "export sessions as our JSONL (byte-identical) or nanobot's format, or one as Markdown/HTML",
+        "sessionledger export telegram:42 --format html -o kyoto.html --redact tool.content",
         _export_args,
         _export,
         json=True,

@@ -1,0 +1,410 @@
+"""The viewer's web app (starlette): read-only routes over one store.
+
+Invariants:
+- Read-only: every route is GET (or HEAD); any other method is refused with 405 before a
+  route runs, and no route calls a store method that writes a log. (Listing may refresh the
+  store's derived catalog view, as ``sessionledger ls`` does.)
+- No asset from elsewhere: the page loads only ``/static/viewer.css`` and ``/static/viewer.js``
+  from the package; responses forbid other origins (Content-Security-Policy ``'self'``).
+- Store calls run in worker threads; live updates are server-sent events: the list's from a
+  poll of the catalog and the verifier, a session's tail from ``replay.follow``.
+- No ``hash_key`` material is ever rendered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sessionledger import projections, replay
+from sessionledger.eventlog import BaseStore, EventLogError, SessionNotFoundError
+from sessionledger.replay import NO_REDACTION, Redaction
+
+from ._export_html import Heading, header_html, static_text
+from ._logindex import LogCache
+from ._pages import PAGE, TimelinePage, badge, list_body, list_page, rows_html, shell, timeline_page
+from ._render import render_view
+from ._verifier import Verifier
+
+CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; object-src 'none'"
+_STATIC = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
+
+
+class ReadOnly:
+    """ASGI middleware: only GET and HEAD reach the app; every response carries the CSP."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+            response = Response("read-only viewer", 405, headers={"Allow": "GET, HEAD"})
+            await response(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"content-security-policy", CSP.encode()))
+                headers.append((b"x-content-type-options", b"nosniff"))
+                headers.append((b"referrer-policy", b"no-referrer"))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _int(request: Request, name: str, default: int, lo: int = 0, hi: int = 1 << 62) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _BadRequest(f"{name} must be a whole number, not {raw!r}") from None
+    return min(max(value, lo), hi)
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def create_app(
+    store: BaseStore,
+    *,
+    redaction: Redaction = NO_REDACTION,
+    verify_interval: float = 1.0,
+    poll: float = 0.5,
+) -> Starlette:
+    """The viewer over ``store`` (which the caller keeps open and closes)."""
+    logs = LogCache(store)
+    verifier = Verifier(store, interval=verify_interval)
+    where: Callable[[str], str] = getattr(store, "describe", None) or (lambda key: key)
+
+    def path_of(key: str) -> str:
+        path_for = getattr(store, "path_for", None)
+        return str(path_for(key)) if path_for is not None else key
+
+    def lazy_url(key: str) -> Callable[[int, str], str]:
+        from urllib.parse import urlencode
+
+        def url(seq: int, part: str) -> str:
+            return "/api/text?" + urlencode({"key": key, "seq": seq, "part": part})
+
+        return url
+
+    async def run(fn: Callable[[], Any]) -> Any:
+        return await anyio.to_thread.run_sync(fn)
+
+    def key_of(request: Request) -> str:
+        key = request.query_params.get("key")
+        if not key:
+            raise _BadRequest("give the session as ?key=...")
+        return key
+
+    async def index(request: Request) -> Response:
+        listing = await run(lambda: list_page(store, limit=50))
+        body = list_body(rows_html(listing, verifier.verdict, redaction))
+        return HTMLResponse(shell("Sessions", _store_name(store), body, page="list"))
+
+    async def api_sessions(request: Request) -> Response:
+        params = request.query_params
+        limit = _int(request, "limit", 50, 1, 500)
+        offset = _int(request, "offset", 0)
+        listing = await run(
+            lambda: list_page(
+                store,
+                q=params.get("q", "").strip(),
+                channel=params.get("channel") or None,
+                agent=params.get("agent") or None,
+                state=params.get("state") or None,
+                offset=offset,
+                limit=limit,
+            )
+        )
+        return JSONResponse(
+            {
+                "html": rows_html(listing, verifier.verdict, redaction),
+                "total": listing.total,
+                "offset": listing.offset,
+                "limit": listing.limit,
+                "shown": len(listing.rows),
+            }
+        )
+
+    async def sessions_events(request: Request) -> Response:
+        def signature() -> tuple[Any, ...]:
+            rows = projections.list_sessions(store)
+            return (verifier.version, tuple((r.key, r.seq, r.head, r.state) for r in rows))
+
+        async def stream() -> AsyncIterator[str]:
+            last = await run(signature)
+            yield "event: hello\ndata: {}\n\n"
+            while True:
+                await anyio.sleep(poll)
+                now = await run(signature)
+                if now != last:
+                    last = now
+                    yield "event: change\ndata: {}\n\n"
+
+        return _sse(stream())
+
+    async def session(request: Request) -> Response:
+        key = key_of(request)
+        at = request.query_params.get("at")
+
+        def build() -> str:
+            index = logs.get(key, path_of(key))
+            head = index.last_seq
+            target = int(at) if at and at.isdigit() else head
+            target = min(max(target, index.base), head)
+            lo = (
+                max(index.base + 1, target - PAGE // 2)
+                if at
+                else max(index.base + 1, head - PAGE + 1)
+            )
+            hi = min(head, lo + PAGE - 1)
+            page = timeline_page(store, index, lo, hi, redaction, lazy_url(key))
+            doc = _head_doc(store, key, index.head, head, redaction.describe())
+            return header_html(doc) + _session_controls(
+                index.base, head, target, page, verifier, key
+            )
+
+        body = await run(build)
+        return HTMLResponse(shell(key, _store_name(store), body, page="session"))
+
+    async def api_timeline(request: Request) -> Response:
+        key = key_of(request)
+        limit = _int(request, "limit", PAGE, 1, 500)
+
+        def build() -> dict[str, Any]:
+            index = logs.get(key, path_of(key))
+            if "before" in request.query_params:
+                hi = _int(request, "before", index.last_seq + 1) - 1
+                lo = hi - limit + 1
+            elif "after" in request.query_params:
+                lo = _int(request, "after", 0) + 1
+                hi = lo + limit - 1
+            else:
+                at = _int(request, "around", index.last_seq)
+                lo = max(index.base + 1, at - limit // 2)
+                hi = lo + limit - 1
+            page = timeline_page(store, index, lo, hi, redaction, lazy_url(key))
+            return {
+                "html": page.html,
+                "first": page.first,
+                "last": page.last,
+                "head": page.head,
+                "base": index.base,
+            }
+
+        return JSONResponse(await run(build))
+
+    async def api_view(request: Request) -> Response:
+        key = key_of(request)
+        max_tokens = _int(request, "max_tokens", 0)
+        max_messages = _int(request, "max_messages", 0)
+
+        def build() -> dict[str, Any]:
+            raw = request.query_params.get("seq")
+            if raw:
+                state = replay.state_at(store, key, seq=_int(request, "seq", 0))
+            else:
+                state = store.load(key).state
+            view = replay.model_view(
+                state, max_messages=max_messages, max_tokens=max_tokens, redaction=redaction
+            )
+            return {
+                "html": render_view(view),
+                "seq": state.seq,
+                "ts": state.updated_at.isoformat(),
+                "messages": len(state.messages),
+                "tokens": state.live_tokens,
+            }
+
+        return JSONResponse(await run(build))
+
+    async def api_verify(request: Request) -> Response:
+        key = key_of(request)
+        verdict = await run(lambda: verifier.check(key))
+        return JSONResponse(
+            {
+                "ok": verdict.ok,
+                "line": verdict.line,
+                "what": verdict.what,
+                "seq": verdict.seq,
+                "head": verdict.head,
+                "html": badge(verdict),
+            }
+        )
+
+    async def api_text(request: Request) -> Response:
+        key = key_of(request)
+        seq = _int(request, "seq", 0)
+        part = request.query_params.get("part", "content")
+        if part not in ("content", "reasoning"):
+            raise _BadRequest("part must be content or reasoning")
+
+        def build() -> str:
+            index = logs.get(key, path_of(key))
+            events, _ = index.events(seq, seq, store.hash_key)
+            items = replay.build_items(events, redaction=redaction)
+            if not items or items[0].kind != "message":
+                raise _BadRequest(f"seq {seq} is not a message of {key!r}")
+            from ._render import _text_of
+
+            value = items[0].reasoning if part == "reasoning" else _text_of(items[0].content)
+            return escape(value or "")
+
+        return HTMLResponse(await run(build))
+
+    async def api_tail(request: Request) -> Response:
+        key = key_of(request)
+        after = _int(request, "after", 0)
+        follower = await run(lambda: replay.follow(store, key, after, poll=0.05, max_poll=0.5))
+
+        async def stream() -> AsyncIterator[str]:
+            yield "event: hello\ndata: {}\n\n"
+            try:
+                async for event in follower:
+                    seq = event.seq
+
+                    def render(seq: int = seq) -> dict[str, Any]:
+                        index = logs.get(key, path_of(key))
+                        page = timeline_page(store, index, seq, seq, redaction, lazy_url(key))
+                        return {"seq": seq, "html": page.html, "head": index.last_seq}
+
+                    payload = await run(render)
+                    yield f"event: append\ndata: {json.dumps(payload)}\n\n"
+            except EventLogError as exc:
+                yield f"event: problem\ndata: {json.dumps({'what': str(exc)})}\n\n"
+            finally:
+                follower.close()
+
+        return _sse(stream())
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        kind = _STATIC.get(name)
+        if kind is None:
+            return Response("not found", 404)
+        return Response(
+            static_text(name),
+            media_type=kind,
+            headers={"Cache-Control": "no-cache"},
+        )
+
+    def guarded(
+        endpoint: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except _BadRequest as exc:
+                return _problem(request, 400, str(exc))
+            except SessionNotFoundError as exc:
+                return _problem(request, 404, f"no session {exc}")
+            except EventLogError as exc:
+                return _problem(request, 409, str(exc))
+
+        return handle
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        verifier.start()
+        try:
+            yield
+        finally:
+            verifier.stop()
+
+    routes = [
+        Route("/", guarded(index)),
+        Route("/session", guarded(session)),
+        Route("/api/sessions", guarded(api_sessions)),
+        Route("/api/sessions/events", guarded(sessions_events)),
+        Route("/api/timeline", guarded(api_timeline)),
+        Route("/api/view", guarded(api_view)),
+        Route("/api/verify", guarded(api_verify)),
+        Route("/api/text", guarded(api_text)),
+        Route("/api/tail", guarded(api_tail)),
+        Route("/static/{name}", static),
+    ]
+    del where
+    app = Starlette(routes=routes, middleware=[Middleware(ReadOnly)], lifespan=lifespan)
+    app.state.verifier = verifier
+    return app
+
+
+def _problem(request: Request, status: int, what: str) -> Response:
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": what}, status_code=status)
+    body = f'<h1>Cannot show this</h1><p class="bad-line">{escape(what)}</p><p><a href="/">sessions</a></p>'
+    return HTMLResponse(shell("error", "", body, page="error"), status_code=status)
+
+
+def _sse(stream: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        stream,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def _store_name(store: BaseStore) -> str:
+    root = getattr(store, "root", None)
+    return str(root) if root is not None else type(store).__name__
+
+
+def _head_doc(store: BaseStore, key: str, head: str, seq: int, redacted: list[str]) -> Heading:
+    rows = [r for r in projections.list_sessions(store, prefix=key) if r.key == key]
+    if not rows:
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        return Heading(key, "", seq, head, 0, 0, "?", epoch, epoch, tuple(redacted))
+    row = rows[0]
+    return Heading(
+        key,
+        "" if any(n == "metadata.title" for n in redacted) else row.title,
+        seq,
+        head,
+        row.messages,
+        row.tokens,
+        row.state,
+        row.created_at,
+        row.updated_at,
+        tuple(redacted),
+    )
+
+
+def _session_controls(
+    base: int, head: int, target: int, page: TimelinePage, verifier: Verifier, key: str
+) -> str:
+    return (
+        f'<div id="session" data-key="{escape(key)}" data-base="{base}" data-head="{head}" '
+        f'data-first="{page.first}" data-last="{page.last}" data-at="{target}">'
+        f'<div class="travel"><span class="verify" id="badge">{badge(verifier.verdict(key))}</span>'
+        f'<input type="range" id="slider" min="{base}" max="{head}" value="{target}" '
+        'aria-label="time travel over seq">'
+        f'<span class="at" id="at">#{target} of #{head}</span>'
+        '<label>token budget <input type="number" id="budget" min="0" step="1000" value="0">'
+        "</label></div>"
+        '<div class="cols"><section class="timeline"><h2>Timeline</h2>'
+        '<button class="more-btn" id="earlier" type="button">load earlier events</button>'
+        f'<div id="events">{page.html}</div>'
+        '<button class="more-btn" id="later" type="button">load later events</button>'
+        "</section>"
+        '<aside class="side"><h2>The model\'s view</h2><div id="view">'
+        '<div class="sub">loading\u2026</div></div></aside></div></div>'
+    )
