@@ -30,7 +30,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessionledger import projections, replay
-from sessionledger.eventlog import BaseStore, EventLogError, SessionNotFoundError
+from sessionledger.eventlog import (
+    BaseStore,
+    CorruptLogError,
+    EventLogError,
+    SessionNotFoundError,
+    SessionState,
+)
 from sessionledger.replay import NO_REDACTION, Redaction
 
 from ._export_html import Heading, header_html, static_text
@@ -220,20 +226,32 @@ def create_app(
 
         def build() -> dict[str, Any]:
             raw = request.query_params.get("seq")
-            if raw:
-                state = replay.state_at(store, key, seq=_int(request, "seq", 0))
-            else:
-                state = store.load(key).state
-            view = replay.model_view(
-                state, max_messages=max_messages, max_tokens=max_tokens, redaction=redaction
-            )
-            return {
-                "html": render_view(view),
-                "seq": state.seq,
-                "ts": state.updated_at.isoformat(),
-                "messages": len(state.messages),
-                "tokens": state.live_tokens,
-            }
+            note = ""
+
+            def show(state: SessionState) -> dict[str, Any]:
+                view = replay.model_view(
+                    state, max_messages=max_messages, max_tokens=max_tokens, redaction=redaction
+                )
+                return {
+                    "html": note + render_view(view),
+                    "seq": state.seq,
+                    "ts": state.updated_at.isoformat(),
+                    "messages": len(state.messages),
+                    "tokens": state.live_tokens,
+                }
+
+            try:
+                if raw:
+                    return show(replay.state_at(store, key, seq=_int(request, "seq", 0)))
+                return logs.with_head_state(key, path_of(key), show)
+            except CorruptLogError as exc:
+                # Show what can be trusted: the readable prefix, saying where the log breaks.
+                state = store.load(key, prefix=True, snapshot=False).state
+                note = (
+                    f'<div class="bad-line">line {exc.line} fails its check; this is the view '
+                    f"at #{state.seq}, the end of the readable prefix</div>"
+                )
+                return show(state)
 
         return JSONResponse(await run(build))
 

@@ -14,21 +14,27 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 
 from sessionledger.eventlog import (
     ZERO_HASH,
     BaseStore,
+    CorruptLogError,
     Event,
     Header,
     NotALogError,
+    SessionState,
+    apply,
     decode_log,
     split_hash,
 )
 
 MAX_LOGS = 6
+T = TypeVar("T")
 MAX_BYTES = 1 << 30
 
 
@@ -56,6 +62,11 @@ class LogIndex:
     data: bytes = b""
     ends: list[int] = field(default_factory=list)
     header: Header | None = None
+    #: The folded state at some seq, advanced by the events indexed since (under ``lock``).
+    state: SessionState | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Held while lines are added.
+    grow: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def base(self) -> int:
@@ -141,21 +152,47 @@ class LogCache:
         self._logs: OrderedDict[str, LogIndex] = OrderedDict()
         self._lock = threading.Lock()
 
+    def with_head_state(self, key: str, path: str, use: Callable[[SessionState], T]) -> T:
+        """``use(state)`` with the folded state at the last indexed line, under the log's lock.
+
+        The state is loaded once (``store.load``, from a snapshot when there is one), then
+        advanced by what is appended, so a live session's view costs its new events only.
+        """
+        index = self.get(key, path)
+        with index.lock:
+            state = index.state
+            if state is None or state.seq > index.last_seq:
+                state = self.store.load(key).state
+                if state.seq > index.last_seq:  # the log grew between the two reads
+                    self.refresh(index, path)
+            if state.seq < index.last_seq:
+                events, bad = index.events(state.seq + 1, index.last_seq, self.store.hash_key)
+                if bad:
+                    raise CorruptLogError(path, bad[0].line, bad[0].reason)
+                for event in events:
+                    apply(state, event)
+            index.state = state
+            return use(state)
+
     def get(self, key: str, path: str) -> LogIndex:
         """The index of ``key``, with whatever was appended since it was last read."""
         with self._lock:
-            index = self._logs.pop(key, None)
-        if index is None:
-            index = LogIndex(key)
-        size, chunk = self.store.read_tail(key, len(index.data))
-        if size < len(index.data):  # cut or replaced: read it again
-            index = LogIndex(key)
-            size, chunk = self.store.read_tail(key, 0)
-        index.extend(chunk, self.store.hash_key, path)
-        with self._lock:
-            self._logs[key] = index
+            index = self._logs.get(key)
+            if index is None:
+                index = self._logs[key] = LogIndex(key)
+            self._logs.move_to_end(key)
             total = sum(len(i.data) for i in self._logs.values())
             while len(self._logs) > self.max_logs or (total > MAX_BYTES and len(self._logs) > 1):
                 _, dropped = self._logs.popitem(last=False)
                 total -= len(dropped.data)
+        return self.refresh(index, path)
+
+    def refresh(self, index: LogIndex, path: str) -> LogIndex:
+        """Read what was appended to ``index``'s log (or all of it again if it shrank)."""
+        with index.grow:
+            size, chunk = self.store.read_tail(index.key, len(index.data))
+            if size < len(index.data):  # cut or replaced: start again
+                size, chunk = self.store.read_tail(index.key, 0)
+                index.data, index.ends, index.header, index.state = b"", [], None, None
+            index.extend(chunk, self.store.hash_key, path)
         return index
