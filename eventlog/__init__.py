@@ -50,6 +50,7 @@ from ._events import (
     Cleared,
     Compacted,
     Consolidated,
+    ConversationResumed,
     EndReason,
     Event,
     Header,
@@ -73,6 +74,7 @@ from ._fold import (
     apply,
     fold,
     initial_state,
+    preview_candidates,
 )
 from ._lifecycle import CleanupReport, EndHook, TrashEntry, workspace_key, workspace_prefix
 from ._memstore import MemoryStore
@@ -116,6 +118,7 @@ __all__ = (
     "CompactionResult",
     "ConflictError",
     "Consolidated",
+    "ConversationResumed",
     "CopiedSession",
     "CopyReport",
     "CorruptLogError",
@@ -178,6 +181,7 @@ __all__ = (
     "new_event_id",
     "normalize_key",
     "portable",
+    "preview_candidates",
     "split_hash",
     "stem_to_key",
     "to_data",

@@ -63,6 +63,11 @@ class Header(_Base, tag="header", kw_only=True, frozen=True):
     metadata: dict[str, Any] = {}
     segment: int = 0
     prev_h: str = ""
+    #: A fork: the session it was forked from, the seq it was forked at, and the hash of that
+    #: seq's line in the source (``replay.verify`` checks it while the source exists).
+    fork_of: str | None = None
+    fork_seq: int = 0
+    fork_h: str = ""
 
 
 class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True):
@@ -170,6 +175,9 @@ class Cleared(_Base, tag="cleared", kw_only=True, frozen=True):
     #: One of END_REASONS when this version writes it; any string is read back.
     reason: str | None = None
     keep: list[int] = []
+    #: Metadata keys removed with the clear, after the ended conversation was recorded (``/new``
+    #: drops the title this way: the new conversation gets its own).
+    unset: list[str] = []
 
 
 class Retracted(_Base, tag="retracted", kw_only=True, frozen=True):
@@ -184,6 +192,19 @@ class LifecycleChanged(_Base, tag="lifecycle", kw_only=True, frozen=True):
     #: One of LIFECYCLE_STATES / END_REASONS when this version writes them; any string is read.
     state: str
     reason: str | None = None
+
+
+class ConversationResumed(_Base, tag="resumed", kw_only=True, frozen=True):
+    """An ended conversation (``start_seq`` .. ``end_seq``) was made current again.
+
+    The conversation's messages follow as ``message`` events (copied from the log), so history
+    needs nothing else; ``messages`` says how many follow and ``by`` who resumed it, when known.
+    """
+
+    start_seq: int
+    end_seq: int
+    messages: int = 0
+    by: str | None = None
 
 
 class UsageRecorded(_Base, tag="usage", kw_only=True, frozen=True):
@@ -222,6 +243,7 @@ KnownEvent = (
     | Retracted
     | LifecycleChanged
     | UsageRecorded
+    | ConversationResumed
 )
 Event = KnownEvent | UnknownEvent
 
@@ -235,4 +257,5 @@ EVENT_TYPES: Final[tuple[type[KnownEvent], ...]] = (
     Retracted,
     LifecycleChanged,
     UsageRecorded,
+    ConversationResumed,
 )

@@ -10,9 +10,12 @@ Rules (the seeds' semantics):
   compaction boundary down by N (never below 0).
 - ``cleared`` drops every live message (but those it keeps), resets ``last_consolidated`` to 0,
   forgets the compaction and removes ``_last_summary`` from metadata; with a reason (``new``,
-  ``reset``) it also records the conversation that ended in ``state.ended``.
+  ``reset``) it first records the conversation that ended in ``state.ended`` (its title, live
+  messages and tokens, and its preview candidates), then removes the metadata keys it unsets.
 - ``retracted`` withdraws the newest N live messages; cursors are clamped to what is left.
 - ``lifecycle`` sets the lifecycle state and end reason.
+- ``resumed`` marks that the current conversation resumes an ended one (``resumed_from``); the
+  resumed messages follow as their own ``message`` events.
 - ``usage`` adds a provider's reported token usage to the session's totals (and per model).
 - Unknown event types from a newer writer only advance seq, time and head.
 Every event advances ``seq``, ``updated_at``, ``head`` and records its id.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any, Final, assert_never
 
 import msgspec
 
@@ -34,6 +37,7 @@ from ._events import (
     Cleared,
     Compacted,
     Consolidated,
+    ConversationResumed,
     Event,
     Header,
     LifecycleChanged,
@@ -89,13 +93,23 @@ class UsageTotals(msgspec.Struct, kw_only=True):
 
 @portable()
 class EndedConversation(msgspec.Struct, kw_only=True):
-    """A conversation that ended inside the log (``/new`` or a reset); ``end_seq`` is its clear."""
+    """A conversation that ended inside the log (``/new`` or a reset); ``end_seq`` is its clear.
+
+    ``start_seq`` is the seq of the clear that began it (0: the session's start).
+    """
 
     start_seq: int
     end_seq: int
     reason: str
     messages: int
     ended_at: datetime
+    #: Its metadata title when it ended, its live tokens, and the leading user/assistant
+    #: messages the preview is chosen from (see :func:`preview_candidates`).
+    title: str = ""
+    tokens: int = 0
+    preview: list[dict[str, Any]] = []
+    #: The ``start_seq`` of the conversation it resumed, if it was a resumed one.
+    resumed_from: int | None = None
 
 
 class SessionState(msgspec.Struct, kw_only=True):
@@ -127,6 +141,8 @@ class SessionState(msgspec.Struct, kw_only=True):
     #: Conversations ended by ``/new`` or a reset, oldest first, and where the current began.
     ended: list[EndedConversation] = []
     conversation_start: int = 0
+    #: The ``start_seq`` of the ended conversation the current one resumed (None: not resumed).
+    resumed_from: int | None = None
     #: Event id -> seq, for idempotent retries.
     ids: dict[str, int] = {}
 
@@ -146,6 +162,55 @@ class SessionState(msgspec.Struct, kw_only=True):
     def message_dicts(self) -> list[dict[str, Any]]:
         """The live messages as the dicts they were appended as."""
         return [m.message for m in self.messages]
+
+
+#: How many leading live messages are kept for a preview, and how much text of each.
+PREVIEW_MESSAGES: Final = 8
+PREVIEW_CHARS: Final = 2000
+
+
+def _preview_message(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str) and len(content) > PREVIEW_CHARS:
+        content = content[:PREVIEW_CHARS]
+    elif isinstance(content, list):
+        content = [
+            {"type": "text", "text": str(p.get("text", ""))[:PREVIEW_CHARS]}
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        ]
+    return {"role": message.get("role"), "content": content}
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    if isinstance(content, list):
+        return any(
+            isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip()
+            for p in content
+        )
+    return False
+
+
+def preview_candidates(messages: Iterable[MessageAppended]) -> list[dict[str, Any]]:
+    """The leading user and assistant messages a preview is chosen from (text cut short).
+
+    Up to the first user message with text, at most :data:`PREVIEW_MESSAGES`, text cut to
+    :data:`PREVIEW_CHARS`; the read side picks the preview from them with its own rules.
+    """
+    candidates: list[dict[str, Any]] = []
+    for event in messages:
+        message = event.message
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            continue
+        candidates.append(_preview_message(message))
+        if (role == "user" and _has_text(message.get("content"))) or len(
+            candidates
+        ) >= PREVIEW_MESSAGES:
+            break
+    return candidates
 
 
 def initial_state(header: Header) -> SessionState:
@@ -218,6 +283,7 @@ def apply(state: SessionState, event: Event) -> SessionState:
             _drop_front(state, event.count)
         case Cleared():
             if event.reason is not None:
+                title = state.metadata.get("title")
                 state.ended.append(
                     EndedConversation(
                         start_seq=state.conversation_start,
@@ -225,9 +291,16 @@ def apply(state: SessionState, event: Event) -> SessionState:
                         reason=event.reason,
                         messages=len(state.messages),
                         ended_at=event.ts,
+                        title=title if isinstance(title, str) else "",
+                        tokens=state.live_tokens,
+                        preview=preview_candidates(state.messages),
+                        resumed_from=state.resumed_from,
                     )
                 )
                 state.conversation_start = event.seq
+                state.resumed_from = None
+            for name in event.unset:
+                state.metadata.pop(name, None)
             live = len(state.messages)
             kept = [state.messages[i] for i in sorted(set(event.keep)) if 0 <= i < live]
             state.messages[:] = kept
@@ -240,6 +313,8 @@ def apply(state: SessionState, event: Event) -> SessionState:
         case LifecycleChanged():
             state.lifecycle = event.state
             state.end_reason = event.reason
+        case ConversationResumed():
+            state.resumed_from = event.start_seq
         case UsageRecorded():
             state.usage.add(event)
             if event.model:

@@ -27,6 +27,7 @@ from ._events import LIFECYCLE_STATES
 from ._fold import SessionState
 
 if TYPE_CHECKING:
+    from ._store_types import LoadedLog
     from ._writer import SessionWriter
 
 logger = logging.getLogger("sessionledger.eventlog.lifecycle")
@@ -89,6 +90,11 @@ class LifecycleOps:
         raise NotImplementedError
 
     def state(self, key: str) -> SessionState:  # pragma: no cover
+        raise NotImplementedError
+
+    def load(
+        self, key: str, *, prefix: bool = False, snapshot: bool = True
+    ) -> LoadedLog:  # pragma: no cover
         raise NotImplementedError
 
     def keys(self) -> list[str]:  # pragma: no cover
@@ -156,33 +162,120 @@ class LifecycleOps:
         """
         writer = self._existing(key)
         kept_keys = set(keep_metadata)
+        # Dropped by the clear itself, so the ended conversation keeps its title.
         drop = [name for name in writer.state.metadata if name not in kept_keys]
-        if drop:
-            writer.update_metadata(unset=drop)
         keep = (
             [i for i, m in enumerate(writer.state.messages) if m.message.get("role") == "system"]
             if keep_system
             else []
         )
-        seq = writer.clear(keep=keep, reason="reset")
+        seq = writer.clear(keep=keep, reason="reset", unset=drop)
         if writer.state.lifecycle != "active":
             writer.set_lifecycle("active")
         self._ended(writer.state.copy(), "reset")
         return seq
 
-    def new_session(self, key: str) -> int:
+    def new_session(self, key: str, *, keep_title: bool = False) -> int:
         """``/new``: end the current conversation (kept in the log) and start a fresh one.
 
-        The ended conversation stays reachable: ``state.ended`` lists it and time travel to its
-        ``end_seq - 1`` shows it whole. Returns the seq where the new conversation starts.
+        The ended conversation stays reachable: ``state.ended`` lists it with its title, and time
+        travel to its ``end_seq - 1`` shows it whole. The new conversation starts without a title
+        (the clear removes metadata ``title``) unless ``keep_title``. Returns the seq where the
+        new conversation starts.
         """
         writer = self.session(key)
         final = writer.state.copy()
-        seq = writer.clear(reason="new")
+        seq = writer.clear(reason="new", unset=() if keep_title else ("title",))
         if writer.state.lifecycle != "active":
             writer.set_lifecycle("active")
         self._ended(final, "new")
         return seq
+
+    def resume(
+        self, key: str, start_seq: int, *, by: str | None = None, id: str | None = None
+    ) -> int:
+        """Make the ended conversation of ``key`` that began at ``start_seq`` current again.
+
+        Written as events: the current conversation ends as by ``/new`` (when it has messages or
+        a title), a ``resumed`` event names the conversation and ``by``, its title comes back
+        (``metadata``), its live messages are appended again as they were when it ended, then its
+        consolidation cursor and compaction. Every event's id derives from ``id`` (random when
+        None), so retrying with the same ``id`` after a crash finishes the resume without
+        repeating a step. Returns the seq of the ``resumed`` event.
+
+        Raises:
+            SessionNotFoundError: no session ``key``.
+            InvalidEventError: no ended conversation of ``key`` began at ``start_seq``.
+        """
+        from ._events import ConversationResumed
+        from ._writeapi import Draft, new_event_id
+
+        writer = self._existing(key)
+        op = id or new_event_id()
+        old = self._conversation_at(key, start_seq)
+        state = writer.state
+        started = f"{op}:resumed" in state.ids
+        if not started and (state.messages or state.metadata.get("title") is not None):
+            final = state.copy()
+            writer.clear(reason="new", unset=("title",), id=f"{op}:end")
+            self._ended(final, "new")
+        ended = next(e for e in writer.state.ended if e.start_seq == start_seq)
+        count = len(old.messages)
+
+        def make(_s: SessionState, seq: int, ts: datetime, eid: str) -> ConversationResumed:
+            return ConversationResumed(
+                seq=seq,
+                ts=ts,
+                id=eid,
+                start_seq=start_seq,
+                end_seq=ended.end_seq,
+                messages=count,
+                by=by,
+            )
+
+        seq = writer._write(Draft(make), None, f"{op}:resumed")
+        if ended.title:
+            writer.update_metadata(set={"title": ended.title}, id=f"{op}:title")
+        for index, message in enumerate(old.messages):
+            writer.append_message_dict(message.message, id=f"{op}:m{index}")
+        if old.last_consolidated:
+            writer.mark_consolidated(old.last_consolidated, id=f"{op}:consolidated")
+        if old.compaction is not None:
+            c = old.compaction
+            writer.compact(
+                c.summary,
+                upto=c.upto,
+                tokens_before=c.tokens_before,
+                tokens_after=c.tokens_after,
+                removed=c.removed,
+                kept=c.kept,
+                duration=c.duration,
+                model=c.model,
+                id=f"{op}:compacted",
+            )
+        if writer.state.lifecycle != "active":
+            writer.set_lifecycle("active", id=f"{op}:active")
+        return seq
+
+    def _conversation_at(self, key: str, start_seq: int) -> SessionState:
+        """The state of ``key`` as the ended conversation that began at ``start_seq`` ended."""
+        from ._fold import apply, initial_state
+
+        if isinstance(start_seq, bool) or not isinstance(start_seq, int):
+            raise InvalidEventError(f"start_seq must be an int, not {start_seq!r}")
+        ended = [e for e in self.state(key).ended if e.start_seq == start_seq]
+        if not ended:
+            raise InvalidEventError(
+                f"session {key!r} has no ended conversation that began at seq {start_seq}"
+            )
+        end = ended[0].end_seq
+        loaded = self.load(key, snapshot=False)
+        state = initial_state(loaded.header)
+        for event in loaded.events:
+            if event.seq >= end:
+                break
+            apply(state, event)
+        return state
 
     def mark_idle(self, older_than: timedelta | float, *, now: datetime | None = None) -> list[str]:
         """Set ``idle`` on active sessions with no event for ``older_than``; return their keys."""

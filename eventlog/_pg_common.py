@@ -23,15 +23,12 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ._errors import EventLogError, StorageError
-from ._fold import SessionState
+from ._fold import EndedConversation, SessionState, preview_candidates
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
 
-#: How many leading live messages the catalog keeps for the preview, and how much of each.
-PREVIEW_MESSAGES: Final = 8
-PREVIEW_CHARS: Final = 2000
 
 _json = msgspec.json.Encoder()
 
@@ -82,6 +79,17 @@ class CatalogRecord(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     head: str
     size: int
+    #: Where the current conversation began, the one it resumed, and the ended ones; None for a
+    #: row written before the table kept them (the read side folds that session).
+    conversations: Conversations | None = None
+
+
+class Conversations(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's conversations as the catalog table keeps them (one JSON column)."""
+
+    start: int = 0
+    resumed_from: int | None = None
+    ended: list[EndedConversation] = []
 
 
 _ORDERS: Final = {
@@ -91,6 +99,7 @@ _ORDERS: Final = {
 }
 _record_meta = msgspec.json.Decoder(dict[str, Any])
 _record_preview = msgspec.json.Decoder(list[dict[str, Any]])
+_record_conversations = msgspec.json.Decoder(Conversations)
 
 
 def catalog_query(schema: str, filter: Any) -> tuple[sql.Composed, list[Any]]:
@@ -122,7 +131,7 @@ def catalog_query(schema: str, filter: Any) -> tuple[sql.Composed, list[Any]]:
         raise ValueError(f"unknown catalog order {filter.order!r}")
     query = (
         "SELECT key, title, metadata, preview, created_at, updated_at, messages, live_tokens, "
-        "lifecycle, summary, seq, head, size FROM {s}.sessions"
+        "lifecycle, summary, seq, head, size, conversations FROM {s}.sessions"
         + (" WHERE " + " AND ".join(where) if where else "")
         + f" ORDER BY {order}"
     )
@@ -151,31 +160,8 @@ def catalog_record(row: Sequence[Any]) -> CatalogRecord:
         seq=int(row[10]),
         head=str(row[11]),
         size=int(row[12]),
+        conversations=None if row[13] is None else _record_conversations.decode(row[13]),
     )
-
-
-def _preview_message(message: dict[str, Any]) -> dict[str, Any]:
-    content = message.get("content")
-    if isinstance(content, str) and len(content) > PREVIEW_CHARS:
-        content = content[:PREVIEW_CHARS]
-    elif isinstance(content, list):
-        content = [
-            {"type": "text", "text": str(p.get("text", ""))[:PREVIEW_CHARS]}
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
-        ]
-    return {"role": message.get("role"), "content": content}
-
-
-def _has_text(content: Any) -> bool:
-    if isinstance(content, str):
-        return bool(content.strip())
-    if isinstance(content, list):
-        return any(
-            isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip()
-            for p in content
-        )
-    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +182,8 @@ class CatalogValues:
     metadata: bytes
     preview: bytes
     summary: str | None
+    #: Encoded only for a full write (only non-message events change it).
+    conversations: Conversations
 
     def hot(self) -> tuple[Any, ...]:
         """Columns every append changes, in the order of the write statements."""
@@ -212,29 +200,29 @@ class CatalogValues:
             self.end_reason,
         )
 
+    def encoded_conversations(self) -> bytes:
+        """The ``conversations`` column."""
+        return _json.encode(self.conversations)
+
     def full(self) -> tuple[Any, ...]:
         """Columns only some events change (title, metadata, preview, summary)."""
-        return (self.title, self.metadata, self.preview, self.summary)
+        return (
+            self.title,
+            self.metadata,
+            self.preview,
+            self.summary,
+            self.encoded_conversations(),
+        )
 
 
 def catalog_values(state: SessionState) -> CatalogValues:
     """The catalog columns of ``state``.
 
     ``preview`` keeps the first live user and assistant messages up to the first user message
-    with text (at most :data:`PREVIEW_MESSAGES`, text cut to :data:`PREVIEW_CHARS`), so the
+    with text (at most :data:`eventlog._fold.PREVIEW_MESSAGES`, text cut to :data:`eventlog._fold.PREVIEW_CHARS`), so the
     read side computes the preview with its own rules from them.
     """
-    candidates: list[dict[str, Any]] = []
-    for event in state.messages:
-        message = event.message
-        role = message.get("role")
-        if role not in ("user", "assistant"):
-            continue
-        candidates.append(_preview_message(message))
-        if (role == "user" and _has_text(message.get("content"))) or len(
-            candidates
-        ) >= PREVIEW_MESSAGES:
-            break
+    candidates = preview_candidates(state.messages)
     title = state.metadata.get("title")
     summary = state.compaction.summary if state.compaction is not None else None
     return CatalogValues(
@@ -252,6 +240,9 @@ def catalog_values(state: SessionState) -> CatalogValues:
         metadata=_json.encode(state.metadata),
         preview=_json.encode(candidates),
         summary=text(summary),
+        conversations=Conversations(
+            start=state.conversation_start, resumed_from=state.resumed_from, ended=state.ended
+        ),
     )
 
 
@@ -356,8 +347,8 @@ class Statements:
         )
         self.create = q(
             "WITH s AS (INSERT INTO {s}.sessions (key, session_id, seq, head, size, created_at, "
-            "updated_at, agent, channel, peer, title, metadata, preview) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "updated_at, agent, channel, peer, title, metadata, preview, conversations) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (key) DO NOTHING RETURNING key) "
             "INSERT INTO {s}.events (key, seq, pos, id, line) SELECT key, %s, 0, %s, %s FROM s "
             "RETURNING 1"
@@ -372,7 +363,11 @@ class Statements:
         )
         end = " WHERE key = %s) SELECT pg_notify({channel}, %s)"
         self.write_hot = q(write + end)
-        self.write_full = q(write + ", title = %s, metadata = %s, preview = %s, summary = %s" + end)
+        self.write_full = q(
+            write
+            + ", title = %s, metadata = %s, preview = %s, summary = %s, conversations = %s"
+            + end
+        )
 
 
 @dataclass(frozen=True, slots=True)

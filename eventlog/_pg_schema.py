@@ -109,6 +109,11 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "CREATE INDEX IF NOT EXISTS trash_id ON {s}.trash (id)",
         ),
     ),
+    (
+        4,
+        "conversations: where the current one began and the ended ones (NULL: fold to know)",
+        ("ALTER TABLE {s}.sessions ADD COLUMN IF NOT EXISTS conversations bytea",),
+    ),
 )
 
 #: The newest schema version this code knows.

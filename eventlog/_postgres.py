@@ -222,6 +222,7 @@ class PostgresStore(BaseStore):
                 values.title,
                 values.metadata,
                 values.preview,
+                values.encoded_conversations(),
                 state.seq,
                 event_row(line)[1].encode(),
                 line,

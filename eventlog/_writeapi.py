@@ -414,15 +414,23 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         *,
         keep: Iterable[int] = (),
         reason: EndReason | None = None,
+        unset: Iterable[str] = (),
         expected_seq: int | None = None,
         id: str | None = None,
     ) -> _R:
         """Drop every live message (but the indexes in ``keep``) and reset the cursor.
 
         ``reason`` (``new`` or ``reset``) records that a conversation ended here; it stays in the
-        log for audit and in ``state.ended``.
+        log for audit and in ``state.ended``. ``unset`` names metadata keys removed in the same
+        event, after the ended conversation was recorded.
         """
         kept = sorted(set(keep))
+        if isinstance(unset, str):
+            raise InvalidEventError(f"unset takes a list of metadata keys, not the str {unset!r}")
+        dropped = list(dict.fromkeys(unset))
+        for name in dropped:
+            if not isinstance(name, str):
+                raise InvalidEventError(f"metadata keys to unset must be str, not {name!r}")
         for index in kept:
             _check_count("keep index", index)
         if reason is not None and reason not in END_REASONS:
@@ -435,7 +443,7 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
             for index in kept:
                 if index >= live:
                     raise InvalidEventError(f"keep index {index} is past the {live} live messages")
-            return Cleared(seq=seq, ts=ts, id=eid, reason=reason, keep=kept)
+            return Cleared(seq=seq, ts=ts, id=eid, reason=reason, keep=kept, unset=dropped)
 
         return self._write(Draft(make), expected_seq, id)
 

@@ -11,6 +11,8 @@ from ._catalog import (
 )
 from ._catalog_row import SessionInfo
 from ._compaction_policy import CompactionPolicy
+from ._conversation_row import ConversationInfo
+from ._conversations import list_conversations
 from ._history import (
     ATTACHMENT_HINTS_MAX,
     DEFAULT_MAX_MESSAGES,
@@ -59,6 +61,7 @@ __all__ = (
     "CatalogFilter",
     "CatalogQuery",
     "CompactionPolicy",
+    "ConversationInfo",
     "SessionID",
     "SessionInfo",
     "StoreStats",
@@ -77,6 +80,7 @@ __all__ = (
     "history_with_tokens",
     "image_breadcrumb",
     "legal_start",
+    "list_conversations",
     "list_sessions",
     "orphaned_tool_indices",
     "preview_text",

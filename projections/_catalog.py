@@ -118,7 +118,7 @@ def list_sessions(
         offset=offset,
     )
     if isinstance(store, CatalogRecords):  # a catalog table (PostgreSQL): one indexed query
-        return infos_from_records(store.query_catalog_records(query))
+        return infos_from_records(store.query_catalog_records(query), store)
     if isinstance(store, CatalogQuery):
         return store.query_catalog(query)
     return select(_refresh(store, rebuild=False).rows, query)

@@ -22,7 +22,7 @@ import msgspec
 from ._catalog_row import Row, SessionInfo
 
 CATALOG_FORMAT: Final = "sessionlog-catalog"
-CATALOG_VERSION: Final = 2
+CATALOG_VERSION: Final = 3
 
 
 class Entry(msgspec.Struct, array_like=True, gc=False):

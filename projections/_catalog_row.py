@@ -11,6 +11,8 @@ Invariants:
   first new line chains from the row's head, so a replaced log is never advanced.
 - Summary: the latest compaction summary, else the metadata ``summary``. Title and tags come
   from metadata ``title`` (a str) and ``tags`` (a list; its str items).
+- A ``cleared`` event with an end reason moves the current conversation (title, preview,
+  counts) into ``ended`` as it was just before the clear, then applies the clear's ``unset``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from sessionledger.eventlog import (
     EVENT_TYPES,
     Cleared,
     Compacted,
+    ConversationResumed,
     KnownEvent,
     LifecycleChanged,
     MetadataChanged,
@@ -35,6 +38,7 @@ from sessionledger.eventlog import (
     split_hash,
 )
 
+from ._conversation_row import ConversationInfo, ended_rows
 from ._sanitize import preview_text
 
 NO_PREVIEW: Final = 0
@@ -62,6 +66,12 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     #: The last event's seq and chain hash.
     seq: int = 0
     head: str = ""
+    #: Where the current conversation began (0: the session's start; else its clear's seq),
+    #: and the ``start_seq`` of the ended conversation it resumed, if any.
+    conversation_start: int = 0
+    resumed_from: int | None = None
+    #: The conversations that ended in this session's log (``/new``, reset), oldest first.
+    ended: tuple[ConversationInfo, ...] = ()
 
 
 class Row(msgspec.Struct, array_like=True, gc=False):
@@ -148,6 +158,9 @@ def row_from_state(state: SessionState, offset: int) -> Row:
         summary=_summary(meta_summary, compaction),
         seq=state.seq,
         head=state.head,
+        conversation_start=state.conversation_start,
+        resumed_from=state.resumed_from,
+        ended=ended_rows(state.key, state.created_at, state.ended),
     )
     return Row(info, offset, role, meta_summary, compaction)
 
@@ -164,8 +177,8 @@ def _consider(message: Any, preview: str, role: int) -> tuple[str, int]:
     return preview, role
 
 
-def advance(row: Row, data: bytes, start: int, head: str) -> Row | None:
-    """``row`` advanced over the complete lines of ``data`` (the log from byte ``start``).
+def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
+    """``row`` advanced over the complete lines of ``data`` (the log from byte ``offset``).
 
     ``head`` is the hash of the last complete line of ``data`` (the caller found it). Returns
     None when the lines cannot be followed (see the module rules) or do not decode.
@@ -184,6 +197,7 @@ def advance(row: Row, data: bytes, start: int, head: str) -> Row | None:
     title, tags, state = info.title, info.tags, info.state
     meta_summary, compaction = row.meta_summary, row.compaction_summary
     updated = info.updated_at
+    start, resumed, ended = info.conversation_start, info.resumed_from, info.ended
     lines: list[bytes] | None = None
     for index, peek in enumerate(peeks):
         seq += 1
@@ -231,7 +245,35 @@ def advance(row: Row, data: bytes, start: int, head: str) -> Row | None:
             case Cleared():
                 if event.keep and messages:
                     return None
+                if event.reason is not None:
+                    began = ended[-1].updated_at if ended else info.created_at
+                    ended = (
+                        *ended,
+                        ConversationInfo(
+                            key=info.key,
+                            start_seq=start,
+                            end_seq=event.seq,
+                            title=title,
+                            preview=preview,
+                            messages=messages,
+                            tokens=tokens,
+                            started_at=began,
+                            updated_at=event.ts,
+                            end_reason=event.reason,
+                            resumed_from=resumed,
+                        ),
+                    )
+                    start, resumed = event.seq, None
                 messages, tokens, preview, role, compaction = 0, 0, "", NO_PREVIEW, None
+                for name in event.unset:
+                    if name == "title":
+                        title = ""
+                    elif name == "tags":
+                        tags = ()
+                    elif name == "summary":
+                        meta_summary = None
+            case ConversationResumed():
+                resumed = event.start_seq
             case Trimmed() | Retracted():
                 if messages:
                     return None
@@ -250,5 +292,8 @@ def advance(row: Row, data: bytes, start: int, head: str) -> Row | None:
         summary=_summary(meta_summary, compaction),
         seq=seq,
         head=head,
+        conversation_start=start,
+        resumed_from=resumed,
+        ended=ended,
     )
-    return Row(new_info, start + end, role, meta_summary, compaction)
+    return Row(new_info, offset + end, role, meta_summary, compaction)

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from sessionledger.eventlog import EndedConversation, EventLogError
+
 from ._catalog_row import NO_PREVIEW, USER_PREVIEW, SessionInfo, _consider, _summary, _tags
+from ._conversation_row import ended_rows
 
 
 @runtime_checkable
@@ -23,8 +26,18 @@ class CatalogRecords(Protocol):
         ...
 
 
-def info_from_record(record: Any) -> SessionInfo:
-    """The catalog row of one ``eventlog.CatalogRecord``."""
+def info_from_record(record: Any, store: Any = None) -> SessionInfo:
+    """The catalog row of one ``eventlog.CatalogRecord``.
+
+    A record written before the table kept conversations is completed from ``store`` (its
+    session folded), or left without ended conversations when no store is given.
+    """
+    conv = record.conversations
+    start, resumed, ended = (
+        _conversations(store, record.key)
+        if conv is None
+        else (conv.start, conv.resumed_from, conv.ended)
+    )
     meta = record.metadata
     meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None
     preview, role = "", NO_PREVIEW
@@ -46,9 +59,22 @@ def info_from_record(record: Any) -> SessionInfo:
         summary=_summary(meta_summary, record.compaction_summary),
         seq=record.seq,
         head=record.head,
+        conversation_start=start,
+        resumed_from=resumed,
+        ended=ended_rows(record.key, record.created_at, ended),
     )
 
 
-def infos_from_records(records: Iterable[Any]) -> list[SessionInfo]:
-    """The catalog rows of several records, in their order."""
-    return [info_from_record(r) for r in records]
+def infos_from_records(records: Iterable[Any], store: Any = None) -> list[SessionInfo]:
+    """The catalog rows of several records, in their order (see :func:`info_from_record`)."""
+    return [info_from_record(r, store) for r in records]
+
+
+def _conversations(store: Any, key: str) -> tuple[int, int | None, list[EndedConversation]]:
+    if store is None:
+        return 0, None, []
+    try:
+        state = store.state(key)
+    except EventLogError:
+        return 0, None, []
+    return state.conversation_start, state.resumed_from, state.ended

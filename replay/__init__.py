@@ -31,6 +31,7 @@ from ._export import (
 )
 from ._export_md import export_markdown, render_markdown
 from ._follow import Follow, PollingWaker, Waker, follow
+from ._fork import fork
 from ._importing import ImportReport, SessionImport
 from ._modelview import ModelView, ViewRow, model_view
 from ._recover import recover
@@ -125,6 +126,7 @@ __all__ = (
     "export_nanobot",
     "export_store",
     "follow",
+    "fork",
     "import_log",
     "import_nanobot",
     "import_path",

@@ -4,7 +4,9 @@ Checks, per session: the header (a session log, this format version, the key it 
 under); every line's chained hash (keyed when a secret is given); contiguous seq; valid events;
 unique event ids; a torn last line; and the head against what the snapshot and the catalog
 recorded, so a log cut short by whole lines (which still chains) is reported as truncated.
-Verify changes nothing.
+A fork's header names its source session, seq and that seq's hash: while the source exists,
+its (sound) log must hold that hash at that seq, so rewriting the source is detected from the
+fork too. Verify changes nothing.
 """
 
 from __future__ import annotations
@@ -184,7 +186,42 @@ def verify_session(
     data = store.read_bytes(key)
     checked = check_data(data, key=key, path=path, hash_key=secret)
     check_heads(checked.report, checked, (views or Views(store)).recorded(key, full=False))
+    if checked.header is not None and checked.header.fork_of is not None:
+        check_fork(store, checked.report, checked.header, secret)
     return checked.report
+
+
+def check_fork(store: BaseStore, report: SessionVerify, header: Header, secret: bytes) -> None:
+    """Check that a fork's source (when it exists) holds the recorded hash at the fork's seq."""
+    source = header.fork_of
+    assert source is not None
+    try:
+        data = store.read_bytes(source)
+    except SessionNotFoundError:
+        return  # the source is gone: nothing to check against (not a problem of the fork)
+    got = check_data(data, key=source, path=where(store, source), hash_key=secret)
+    src_header, seq = got.header, header.fork_seq
+    what = f"forked from {source!r} at seq {seq}"
+    if src_header is None:
+        report.problems.append(Finding(report.path, 1, f"{what}: the source is not a sound log"))
+        return
+    base = src_header.seq
+    if seq < base:
+        return  # the fork point lies in an earlier segment of the source
+    if seq > got.report.seq:
+        sound = "is damaged before" if got.report.problems else "ends before"
+        report.problems.append(Finding(report.path, 1, f"{what}: the source {sound} that seq"))
+        return
+    at = src_header.h if seq == base else got.events[seq - base - 1].h
+    if at != header.fork_h:
+        report.problems.append(
+            Finding(
+                report.path,
+                1,
+                f"{what}: the fork records hash {header.fork_h[:12]}..., the source has "
+                f"{at[:12]}... there: the source was rewritten",
+            )
+        )
 
 
 def verify(

@@ -49,5 +49,6 @@ def results() -> list[tuple[type, Any]]:
         (EndedConversation, state.ended[0]),
         (UsageTotals, state.usage),
         (CleanupReport, CleanupReport(trashed=["x"])),
+        (projections.ConversationInfo, projections.list_conversations(store)[-1]),
     ]
     return out

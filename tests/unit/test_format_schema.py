@@ -10,6 +10,7 @@ import pytest
 
 from sessionledger.eventlog import EVENT_TYPES, FileStore, MemoryStore
 from sessionledger.eventlog._schema import line_schema
+from sessionledger.replay import fork
 from sessionledger.tools.cli._demo import write_conversation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,9 +41,11 @@ def _every_kind_of_line(tmp_path: Path) -> list[bytes]:
         s.trim(1, "file_cap")
         s.record_usage(model="m", prompt_tokens=5, completion_tokens=2, call_id="r1")
         s.set_lifecycle("idle")
-        s.clear(reason="new", keep=[0])
+        s.clear(reason="new", keep=[0], unset=["title"])
+        store.resume("all", 0, by="test")
         store.archive("all")
-        for key in ("demo", "all"):
+        fork(store, "demo", new_key="forked")
+        for key in ("demo", "all", "forked"):
             logs.append(store.read_bytes(key))
     memory = MemoryStore()
     memory.session("m").append_message("user", "\u2028\x00 ctrl and separators")

@@ -1,0 +1,179 @@
+"""Conversations as first-class rows: every conversation of every session, from the catalog.
+
+Rules:
+- The rows come from the session catalog (each session row carries its ended conversations),
+  never from a log scan: the cost is a listing's, plus one pass over the conversations.
+- Order ``updated`` (default) is newest activity first (an ended conversation's activity is when
+  it ended), ties by key, then newest start first; ``started`` is newest start first; ``key`` is
+  by key, then oldest start first. Filters, then offset and limit, as :func:`list_sessions` does.
+- A process keeps the last flattened list per catalog (while the catalog's rows are unchanged),
+  so listing again costs the filter and the page.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from itertools import islice
+from operator import attrgetter
+from typing import Final, Literal
+
+from sessionledger.eventlog import BaseStore, InvalidEventError
+
+from ._catalog import CatalogFilter, CatalogQuery, _refresh, select
+from ._catalog_row import SessionInfo
+from ._conversation_row import ConversationInfo
+from ._pg_catalog import CatalogRecords, infos_from_records
+
+ConversationOrder = Literal["updated", "started", "key"]
+CONVERSATION_ORDERS: Final = ("updated", "started", "key")
+
+
+def current_row(info: SessionInfo) -> ConversationInfo:
+    """The row of a session's current conversation."""
+    return ConversationInfo(
+        key=info.key,
+        start_seq=info.conversation_start,
+        current=True,
+        title=info.title,
+        preview=info.preview,
+        messages=info.messages,
+        tokens=info.tokens,
+        started_at=info.ended[-1].updated_at if info.ended else info.created_at,
+        updated_at=info.updated_at,
+        end_reason="archive" if info.state == "archived" else None,
+        state=info.state,
+        resumed_from=info.resumed_from,
+    )
+
+
+def conversations_of(info: SessionInfo) -> list[ConversationInfo]:
+    """Every conversation of one session row: the current one first, then the ended, newest first."""
+    return [current_row(info), *reversed(info.ended)]
+
+
+_by_start = attrgetter("start_seq")
+_by_key = attrgetter("key")
+_by_updated = attrgetter("updated_at")
+_by_started = attrgetter("started_at")
+
+
+def _ordered(rows: Iterable[SessionInfo], order: ConversationOrder) -> list[ConversationInfo]:
+    out: list[ConversationInfo] = []
+    for info in rows:
+        out.extend(conversations_of(info))
+    # Stable sorts, last key first.
+    if order == "key":
+        out.sort(key=_by_start)
+        out.sort(key=_by_key)
+        return out
+    out.sort(key=_by_start, reverse=True)
+    out.sort(key=_by_key)
+    out.sort(key=_by_started if order == "started" else _by_updated, reverse=True)
+    return out
+
+
+class _Flat:
+    __slots__ = ("lists", "lock", "rows")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows: list[SessionInfo] | None = None
+        self.lists: dict[str, list[ConversationInfo]] = {}
+
+
+_flat: weakref.WeakKeyDictionary[BaseStore, _Flat] = weakref.WeakKeyDictionary()
+_flat_lock = threading.Lock()
+
+
+def _all_ordered(store: BaseStore, order: ConversationOrder) -> list[ConversationInfo]:
+    rows = _refresh(store, rebuild=False).rows
+    with _flat_lock:
+        try:
+            flat = _flat.get(store)
+            if flat is None:
+                flat = _flat[store] = _Flat()
+        except TypeError:
+            flat = _Flat()
+    with flat.lock:
+        if flat.rows is not rows:
+            flat.rows, flat.lists = rows, {}
+        got = flat.lists.get(order)
+        if got is None:
+            got = flat.lists[order] = _ordered(rows, order)
+        return got
+
+
+def list_conversations(
+    store: BaseStore | CatalogQuery,
+    key: str | None = None,
+    *,
+    prefix: str | None = None,
+    agent: str | None = None,
+    channel: str | None = None,
+    peer: str | None = None,
+    state: str | None = None,
+    current: bool | None = None,
+    updated_after: datetime | None = None,
+    updated_before: datetime | None = None,
+    order: ConversationOrder = "updated",
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[ConversationInfo]:
+    """Every conversation (current and ended) of the sessions that match, newest activity first.
+
+    ``key`` selects one session; ``prefix``, ``agent``, ``channel`` and ``peer`` select sessions
+    as :func:`list_sessions` does. ``state`` is ``ended`` or a lifecycle state (of a current
+    conversation); ``current`` keeps only current (True) or only ended (False) ones;
+    ``updated_after`` / ``updated_before`` are exclusive bounds on the last activity.
+    """
+    if order not in CONVERSATION_ORDERS:
+        raise InvalidEventError(
+            f"order must be one of {', '.join(CONVERSATION_ORDERS)}, not {order!r}"
+        )
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidEventError(f"limit must be an integer >= 0 or None, not {limit!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidEventError(f"offset must be an integer >= 0, not {offset!r}")
+    if key is not None and not isinstance(key, str):
+        raise InvalidEventError(f"key must be a str or None, not {key!r}")
+    sessions = CatalogFilter(
+        prefix=key if key is not None else prefix, agent=agent, channel=channel, peer=peer
+    )
+    ordered: Iterable[ConversationInfo]
+    if isinstance(store, CatalogRecords):
+        ordered = _ordered(infos_from_records(store.query_catalog_records(sessions), store), order)
+    elif isinstance(store, CatalogQuery):
+        ordered = _ordered(store.query_catalog(sessions), order)
+    elif sessions == CatalogFilter():
+        ordered = _all_ordered(store, order)
+    else:
+        ordered = _ordered(select(_refresh(store, rebuild=False).rows, sessions), order)
+    tests = _tests(key, state, current, updated_after, updated_before)
+    for test in tests:
+        ordered = filter(test, ordered)
+    end = None if limit is None else offset + limit
+    return list(islice(ordered, offset, end))
+
+
+def _tests(
+    key: str | None,
+    state: str | None,
+    current: bool | None,
+    after: datetime | None,
+    before: datetime | None,
+) -> list[Callable[[ConversationInfo], bool]]:
+    tests: list[Callable[[ConversationInfo], bool]] = []
+    if key is not None:
+        tests.append(lambda c: c.key == key)
+    if state is not None:
+        tests.append(lambda c: c.state == state)
+    if current is not None:
+        tests.append(lambda c: c.current is current)
+    if after is not None:
+        tests.append(lambda c: c.updated_at > after)
+    if before is not None:
+        tests.append(lambda c: c.updated_at < before)
+    return tests
