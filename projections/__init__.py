@@ -31,6 +31,7 @@ from ._sanitize import (
     sanitize_assistant_text,
     session_preview,
 )
+from ._search import SearchHit, drop_search, rebuild_search, refresh_search, search, searchable_text
 from ._session_id import SessionID
 from ._snapshots import rebuild_snapshot, snapshot_status, write_snapshot
 from ._stats import StoreStats, stats_of, store_stats
@@ -62,6 +63,7 @@ __all__ = (
     "CatalogQuery",
     "CompactionPolicy",
     "ConversationInfo",
+    "SearchHit",
     "SessionID",
     "SessionInfo",
     "StoreStats",
@@ -75,6 +77,7 @@ __all__ = (
     "context_start",
     "context_tokens",
     "declared_call_ids",
+    "drop_search",
     "file_cap",
     "history",
     "history_with_tokens",
@@ -85,9 +88,13 @@ __all__ = (
     "orphaned_tool_indices",
     "preview_text",
     "rebuild_catalog",
+    "rebuild_search",
     "rebuild_snapshot",
+    "refresh_search",
     "retain_recent_legal_suffix",
     "sanitize_assistant_text",
+    "search",
+    "searchable_text",
     "select",
     "session_preview",
     "snapshot_status",

@@ -239,3 +239,32 @@ def test_a_dsn_that_does_not_connect(capsys: pytest.CaptureFixture[str]) -> None
     err = capsys.readouterr().err
     assert code == 2 and "127.0.0.1" in err and "Traceback" not in err
     assert err.count("\n") == 1
+
+
+def test_search_and_conversations_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from sessionledger.eventlog import FileStore
+    from sessionledger.tools.cli import main
+
+    root = tmp_path / "s"
+    with FileStore(root, durability="none") as store:
+        s = store.session("agent:telegram:42")
+        s.append_message("user", "Plan a trip to Kyoto")
+        store.new_session("agent:telegram:42")
+        store.session("agent:slack:1").append_message("user", "kyoto too")
+    assert main(["search", "kyoto", "--store", str(root), "--channel", "telegram", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert [(h["key"], h["seq"], h["conversation"]) for h in hits] == [("agent:telegram:42", 1, 0)]
+    assert main(["search", "kyoto", "--store", str(root), "--since", "2999-01-01"]) == 0
+    assert "0 hits" in capsys.readouterr().out
+    assert main(["search", "kyoto", "--store", str(root)]) == 0
+    assert "2 hits" in capsys.readouterr().out
+    assert main(["conversations", "agent:telegram:42", "--store", str(root), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["current"], r["preview"]) for r in rows] == [
+        (True, ""),
+        (False, "Plan a trip to Kyoto"),
+    ]

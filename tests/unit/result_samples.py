@@ -50,5 +50,6 @@ def results() -> list[tuple[type, Any]]:
         (UsageTotals, state.usage),
         (CleanupReport, CleanupReport(trashed=["x"])),
         (projections.ConversationInfo, projections.list_conversations(store)[-1]),
+        (projections.SearchHit, projections.search(store, "Kyoto")[0]),
     ]
     return out

@@ -35,7 +35,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _registry() -> list[Command]:
-    from . import _cmd_audit, _cmd_inspect, _cmd_io, _cmd_web
+    from . import _cmd_audit, _cmd_inspect, _cmd_io, _cmd_search, _cmd_web
 
     commands = [
         Command(
@@ -49,6 +49,7 @@ def _registry() -> list[Command]:
     commands += _cmd_inspect.COMMANDS
     commands += _cmd_audit.COMMANDS
     commands += _cmd_io.COMMANDS
+    commands += _cmd_search.COMMANDS
     commands += _cmd_web.COMMANDS
     commands.append(
         Command(

@@ -1,0 +1,327 @@
+"""Search what was said: a full-text projection over every message of every session.
+
+Rules:
+- The index is a projection like the catalog: built from the logs alone, deletable at any time
+  (:func:`drop_search`), rebuilt on the next search. It never touches the append path: a search
+  (or :func:`refresh_search`, e.g. from a background task) first catches it up with what the
+  logs appended since, in one transaction per batch of sessions.
+- Per session the index remembers the byte offset, seq and hash it read up to and the
+  conversation current there. A log whose next line does not chain from that hash (cut,
+  replaced) is read again from its start; a session that is gone leaves the index.
+- Every ``message`` event ever appended is indexed (also messages later trimmed, withdrawn or
+  cleared: the log keeps them, and search finds the conversation where something was said).
+  The text is the content's text, tool-call arguments, and an Agents SDK item's arguments,
+  output and reasoning summary.
+- The embedded default is SQLite FTS5 from the standard library (file store: ``.search.sqlite3``
+  in the store's directory; memory store: in memory). A PostgreSQL store uses PostgreSQL's own
+  full text search, in tables of its schema.
+- A query is words, matched all at once (each word as written, case and accents folded); no
+  query syntax is passed through, so no input is a syntax error.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from sessionledger.eventlog import (
+    BaseStore,
+    Cleared,
+    InvalidEventError,
+    LineDecoder,
+    MessageAppended,
+    SessionNotFoundError,
+    portable,
+)
+
+from ._sanitize import content_text
+
+#: Sessions caught up per transaction.
+BATCH: Final = 256
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@portable()
+class SearchHit(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One message that matched: where it is, a snippet around the match, and its score."""
+
+    key: str
+    #: The conversation it belongs to (its ``start_seq``, as :func:`list_conversations` has it).
+    conversation: int
+    seq: int
+    role: str
+    ts: datetime
+    #: Text around the match, matched words in ``[`` ``]``.
+    snippet: str
+    #: Higher is better (the backend's relevance: BM25 in SQLite, ts_rank in PostgreSQL).
+    score: float
+
+
+class Mark(msgspec.Struct, frozen=True, array_like=True):
+    """How far one session is indexed."""
+
+    offset: int
+    seq: int
+    head: str
+    conversation: int
+
+
+class Doc(msgspec.Struct, frozen=True, array_like=True):
+    """One message as the index holds it."""
+
+    seq: int
+    conversation: int
+    role: str
+    ts: datetime
+    text: str
+
+
+class SearchQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """What a backend is asked: the words and the filters."""
+
+    words: tuple[str, ...]
+    prefix: str | None = None
+    channel: str | None = None
+    role: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 20
+
+
+#: (key, mark read before, new mark, docs, read from the start).
+Update = tuple[str, "Mark | None", Mark, list[Doc], bool]
+
+
+class Backend(Protocol):
+    """Where an index lives (SQLite or PostgreSQL)."""
+
+    def changed(self, store: BaseStore) -> tuple[list[str], list[str]]:
+        """(keys whose log moved past what is indexed, keys indexed but gone)."""
+        ...
+
+    def mark(self, key: str) -> Mark | None:
+        """How far ``key`` is indexed (read now, not cached)."""
+        ...
+
+    def write(self, updates: list[Update]) -> None:
+        """Add each session's docs (replacing what it had when read from the start), in one
+        transaction; skip a session whose mark changed meanwhile (another process caught it
+        up)."""
+        ...
+
+    def forget(self, keys: list[str]) -> None:
+        """Remove sessions from the index."""
+        ...
+
+    def query(self, query: SearchQuery) -> list[SearchHit]:
+        """The best hits, best first."""
+        ...
+
+    def drop(self) -> None:
+        """Delete the index."""
+        ...
+
+
+# -- what is indexed ------------------------------------------------------------------------------
+
+
+def searchable_text(message: Mapping[str, Any]) -> str:
+    """The text of a message that search matches (content, tool-call arguments, SDK items)."""
+    parts: list[str] = []
+    text = content_text(message.get("content"))
+    if text:
+        parts.append(text)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                parts.append(fn["arguments"])
+    for name in ("arguments", "output", "reasoning_content"):
+        value = message.get(name)
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, list):
+            parts.append(content_text(value) or "")
+    summary = message.get("summary")
+    if isinstance(summary, list):
+        parts.extend(
+            s["text"] for s in summary if isinstance(s, dict) and isinstance(s.get("text"), str)
+        )
+    return "\n".join(p for p in parts if p)
+
+
+def read_docs(store: BaseStore, key: str, mark: Mark | None) -> Update | None:
+    """The messages ``key`` appended after ``mark`` (from the start when it no longer chains).
+
+    None: the session is gone (or is no longer a readable log).
+    """
+    try:
+        got = _read_after(store, key, mark)
+        fresh = mark is None
+        if got is None and mark is not None:
+            got = _read_after(store, key, None)  # cut or replaced: read it again whole
+            fresh = True
+    except SessionNotFoundError:
+        return None
+    if got is None:
+        return None
+    return key, mark, got[0], got[1], fresh
+
+
+def _read_after(store: BaseStore, key: str, mark: Mark | None) -> tuple[Mark, list[Doc]] | None:
+    offset = 0 if mark is None else mark.offset
+    size, data = store.read_tail(key, offset)
+    if mark is None:
+        dec = LineDecoder(key=store.hash_key)
+        conversation = 0
+    else:
+        if size < offset:
+            return None
+        dec = LineDecoder(
+            key=store.hash_key,
+            prev_h=mark.head,
+            last_seq=mark.seq,
+            expect_header=False,
+            offset=offset,
+        )
+        conversation = mark.conversation
+    events = dec.feed(data)
+    if dec.bad is not None and not events and mark is not None:
+        return None  # the first new line does not chain: not the log we indexed
+    docs: list[Doc] = []
+    for event in events:
+        if isinstance(event, MessageAppended):
+            message = event.message
+            role = message.get("role")
+            text = searchable_text(message)
+            if text:
+                docs.append(
+                    Doc(
+                        seq=event.seq,
+                        conversation=conversation,
+                        role=role if isinstance(role, str) else "",
+                        ts=event.ts,
+                        text=text,
+                    )
+                )
+        elif isinstance(event, Cleared) and event.reason is not None:
+            conversation = event.seq
+    if mark is None and dec.header is None:
+        return None
+    seq = events[-1].seq if events else (mark.seq if mark else dec.last_seq)
+    return Mark(offset=dec.offset, seq=seq, head=dec.head, conversation=conversation), docs
+
+
+# -- the public face ------------------------------------------------------------------------------
+
+_backends: weakref.WeakKeyDictionary[BaseStore, Backend] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def _backend(store: BaseStore) -> Backend:
+    with _lock:
+        got = _backends.get(store)
+        if got is None:
+            if hasattr(store, "query_catalog_records") and hasattr(store, "target"):
+                from ._search_pg import PgBackend
+
+                got = PgBackend(store)
+            else:
+                from ._search_sqlite import SqliteBackend
+
+                got = SqliteBackend(store)
+            _backends[store] = got
+        return got
+
+
+def _batches(items: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), BATCH):
+        yield items[start : start + BATCH]
+
+
+def refresh_search(store: BaseStore) -> int:
+    """Catch the search index up with the logs (off the append path); return sessions read."""
+    backend = _backend(store)
+    changed, gone = backend.changed(store)
+    if gone:
+        backend.forget(gone)
+    done = 0
+    for keys in _batches(changed):
+        updates: list[Update] = []
+        vanished: list[str] = []
+        for key in keys:
+            got = read_docs(store, key, backend.mark(key))
+            if got is None:
+                vanished.append(key)
+                continue
+            updates.append(got)
+        backend.write(updates)
+        if vanished:
+            backend.forget(vanished)
+        done += len(keys)
+    return done
+
+
+def rebuild_search(store: BaseStore) -> int:
+    """Delete the search index and build it again from the logs; return sessions indexed."""
+    drop_search(store)
+    return refresh_search(store)
+
+
+def drop_search(store: BaseStore) -> None:
+    """Delete the search index (the next search rebuilds it)."""
+    _backend(store).drop()
+    with _lock:
+        _backends.pop(store, None)
+
+
+def search(
+    store: BaseStore,
+    query: str,
+    *,
+    prefix: str | None = None,
+    channel: str | None = None,
+    role: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 20,
+    refresh: bool = True,
+) -> list[SearchHit]:
+    """Messages of every session that contain all the words of ``query``, best first.
+
+    ``prefix`` and ``channel`` select sessions (by key, as :func:`list_sessions` does), ``role``
+    the speaker, ``since`` / ``until`` the message time (inclusive / exclusive). The index is
+    caught up first unless ``refresh`` is False (then it answers from what it holds).
+
+    Raises:
+        InvalidEventError: a query with no word, or a bad limit.
+    """
+    if not isinstance(query, str):
+        raise InvalidEventError(f"query must be a str, not {query!r}")
+    words = tuple(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+    if not words:
+        raise InvalidEventError(f"the query {query!r} has no word to search for")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidEventError(f"limit must be an integer >= 1, not {limit!r}")
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+            raise InvalidEventError(f"{name} must be an aware datetime, not {value!r}")
+    if refresh:
+        refresh_search(store)
+    ask = SearchQuery(
+        words=words,
+        prefix=prefix,
+        channel=channel,
+        role=role,
+        since=since,
+        until=until,
+        limit=limit,
+    )
+    return _backend(store).query(ask)

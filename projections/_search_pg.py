@@ -1,0 +1,257 @@
+"""The PostgreSQL search index: PostgreSQL's own full text search, in the store's schema.
+
+Invariants:
+- ``search_marks`` holds how far each session is indexed, ``search_docs`` one row per message
+  with its ``tsvector`` (configuration ``simple``: words as written, case folded, no stemming,
+  like the SQLite index; accents are not folded) under a GIN index. Both are created on first
+  use and are a projection: dropping them loses nothing.
+- Index writers take one transaction-scoped advisory lock, and re-read each session's mark under
+  it, so two processes catching up at once never index a message twice.
+- Which sessions moved is one query joining ``sessions`` (the catalog table) with the marks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from datetime import UTC
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from sessionledger.eventlog import BaseStore, StorageError
+
+from ._search import Mark, SearchHit, SearchQuery, Update
+from ._search_sqlite import channel_of
+
+if TYPE_CHECKING:
+    import psycopg
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.search_marks (key bytea PRIMARY KEY, seq bigint NOT NULL, "
+    "head text NOT NULL, mark bytea NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.search_docs (key bytea NOT NULL, seq bigint NOT NULL, "
+    "conversation bigint NOT NULL, channel text, role text NOT NULL, ts timestamptz NOT NULL, "
+    "body text NOT NULL, tsv tsvector NOT NULL, PRIMARY KEY (key, seq))",
+    "CREATE INDEX IF NOT EXISTS search_docs_tsv ON {s}.search_docs USING gin (tsv)",
+)
+_encode = msgspec.msgpack.Encoder().encode
+_decode_mark = msgspec.msgpack.Decoder(Mark).decode
+
+
+def _close(conn: psycopg.Connection[tuple[Any, ...]], pid: int) -> None:
+    if pid == os.getpid():
+        conn.close()
+
+
+def _text(value: str) -> str:
+    return value.replace("\x00", "\ufffd")  # PostgreSQL text cannot hold NUL
+
+
+class PgBackend:
+    """A search index in PostgreSQL full text search (see the module rules)."""
+
+    def __init__(self, store: BaseStore) -> None:
+        self._target: Any = getattr(store, "target")  # noqa: B009
+        self._schema: str = self._target.schema
+        self._lock = threading.RLock()
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._pid = 0
+        self._ready = False
+
+    def _q(self, text: str) -> Any:
+        from psycopg import sql
+
+        return sql.SQL(text).format(s=sql.Identifier(self._schema))
+
+    def _db(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._conn is None or self._pid != os.getpid() or self._conn.closed:
+            self._conn = self._target.connect()
+            self._pid = os.getpid()
+            self._ready = False
+            # Closed when this index object goes (with its store), never left to the collector.
+            weakref.finalize(self, _close, self._conn, self._pid)
+        conn = self._conn
+        if not self._ready:
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                    (f"sessionlog-search:{self._schema}",),
+                )
+                for statement in _SCHEMA:
+                    conn.execute(self._q(statement))
+            self._ready = True
+        return conn
+
+    def _fail(self, action: str, exc: Exception) -> StorageError:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                _close(self._conn, self._pid)
+        self._conn, self._ready = None, False
+        return StorageError(self._target.where, action, " ".join(str(exc).split()))
+
+    def changed(self, store: BaseStore) -> tuple[list[str], list[str]]:
+        with self._lock:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    moved = conn.execute(
+                        self._q(
+                            "SELECT s.key FROM {s}.sessions s LEFT JOIN {s}.search_marks m "
+                            "ON m.key = s.key WHERE m.key IS NULL OR m.seq <> s.seq "
+                            "OR m.head <> s.head"
+                        )
+                    ).fetchall()
+                    gone = conn.execute(
+                        self._q(
+                            "SELECT m.key FROM {s}.search_marks m WHERE NOT EXISTS "
+                            "(SELECT 1 FROM {s}.sessions s WHERE s.key = m.key)"
+                        )
+                    ).fetchall()
+            except Exception as exc:
+                raise self._fail("read the search index", exc) from exc
+        return [bytes(r[0]).decode() for r in moved], [bytes(r[0]).decode() for r in gone]
+
+    def mark(self, key: str) -> Mark | None:
+        with self._lock:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    row = conn.execute(
+                        self._q("SELECT mark FROM {s}.search_marks WHERE key = %s"),
+                        (key.encode(),),
+                    ).fetchone()
+            except Exception as exc:
+                raise self._fail("read the search index", exc) from exc
+        return None if row is None else _decode_mark(bytes(row[0]))
+
+    def write(self, updates: list[Update]) -> None:
+        if not updates:
+            return
+        with self._lock:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                        (f"sessionlog-search:{self._schema}",),
+                    )
+                    for key, before, after, docs, fresh in updates:
+                        kb = key.encode()
+                        row = conn.execute(
+                            self._q("SELECT mark FROM {s}.search_marks WHERE key = %s"), (kb,)
+                        ).fetchone()
+                        now = None if row is None else _decode_mark(bytes(row[0]))
+                        if now != before:
+                            continue
+                        if fresh:
+                            conn.execute(
+                                self._q("DELETE FROM {s}.search_docs WHERE key = %s"), (kb,)
+                            )
+                        if docs:
+                            conn.execute(
+                                self._q(
+                                    "INSERT INTO {s}.search_docs (key, seq, conversation, "
+                                    "channel, role, ts, body, tsv) SELECT %s, d.seq, d.conv, %s, "
+                                    "d.role, d.ts, d.body, to_tsvector('simple', d.body) FROM "
+                                    "unnest(%s::bigint[], %s::bigint[], %s::text[], "
+                                    "%s::timestamptz[], %s::text[]) AS d(seq, conv, role, ts, body) "
+                                    "ON CONFLICT (key, seq) DO NOTHING"
+                                ),
+                                (
+                                    kb,
+                                    channel_of(key),
+                                    [d.seq for d in docs],
+                                    [d.conversation for d in docs],
+                                    [_text(d.role) for d in docs],
+                                    [d.ts for d in docs],
+                                    [_text(d.text) for d in docs],
+                                ),
+                            )
+                        conn.execute(
+                            self._q(
+                                "INSERT INTO {s}.search_marks (key, seq, head, mark) "
+                                "VALUES (%s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET "
+                                "seq = excluded.seq, head = excluded.head, mark = excluded.mark"
+                            ),
+                            (kb, after.seq, after.head, _encode(after)),
+                        )
+            except Exception as exc:
+                raise self._fail("update the search index", exc) from exc
+
+    def forget(self, keys: list[str]) -> None:
+        with self._lock:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    blobs = [k.encode() for k in keys]
+                    conn.execute(
+                        self._q("DELETE FROM {s}.search_docs WHERE key = ANY(%s)"), (blobs,)
+                    )
+                    conn.execute(
+                        self._q("DELETE FROM {s}.search_marks WHERE key = ANY(%s)"), (blobs,)
+                    )
+            except Exception as exc:
+                raise self._fail("update the search index", exc) from exc
+
+    def query(self, query: SearchQuery) -> list[SearchHit]:
+        where = ["tsv @@ q"]
+        params: list[Any] = [" ".join(query.words)]
+        if query.prefix:
+            prefix = query.prefix.encode()
+            where.append("key >= %s AND key < %s")
+            params += [prefix, prefix + b"\xff"]
+        if query.channel is not None:
+            where.append("channel = %s")
+            params.append(query.channel)
+        if query.role is not None:
+            where.append("role = %s")
+            params.append(query.role)
+        if query.since is not None:
+            where.append("ts >= %s")
+            params.append(query.since)
+        if query.until is not None:
+            where.append("ts < %s")
+            params.append(query.until)
+        params.append(query.limit)
+        sql = (
+            "SELECT key, conversation, seq, role, ts, ts_headline('simple', body, q, "
+            "'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=1, "
+            "FragmentDelimiter=\u2026'), ts_rank(tsv, q) AS score "
+            "FROM {s}.search_docs, plainto_tsquery('simple', %s) AS q WHERE "
+            + " AND ".join(where)
+            + " ORDER BY score DESC, key, seq LIMIT %s"
+        )
+        with self._lock:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    rows = conn.execute(self._q(sql), params).fetchall()
+            except Exception as exc:
+                raise self._fail("search", exc) from exc
+        return [
+            SearchHit(
+                key=bytes(r[0]).decode(),
+                conversation=int(r[1]),
+                seq=int(r[2]),
+                role=str(r[3]),
+                ts=r[4].astimezone(UTC),
+                snippet=str(r[5]),
+                score=float(r[6]),
+            )
+            for r in rows
+        ]
+
+    def drop(self) -> None:
+        with self._lock:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    conn.execute(self._q("DROP TABLE IF EXISTS {s}.search_docs"))
+                    conn.execute(self._q("DROP TABLE IF EXISTS {s}.search_marks"))
+                conn.close()
+            except Exception as exc:
+                raise self._fail("delete the search index", exc) from exc
+            self._conn, self._ready = None, False

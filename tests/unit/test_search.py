@@ -1,0 +1,211 @@
+"""Search: full text over every message, a projection kept current, on file, memory, PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sessionledger import replay
+from sessionledger.eventlog import (
+    BaseStore,
+    FileStore,
+    InvalidEventError,
+    MemoryStore,
+    StorageError,
+)
+from sessionledger.projections import (
+    SearchHit,
+    drop_search,
+    list_conversations,
+    rebuild_search,
+    refresh_search,
+    search,
+)
+
+
+@pytest.fixture(params=["file", "memory", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
+    if request.param == "postgres":
+        yield from _postgres_store()
+        return
+    made: BaseStore = (
+        FileStore(tmp_path / "s", durability="none") if request.param == "file" else MemoryStore()
+    )
+    with made:
+        yield made
+
+
+def _postgres_store() -> Iterator[BaseStore]:
+    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
+    if not dsn:
+        pytest.skip(
+            "PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG (see docs/postgres.md)"
+        )
+    import psycopg
+
+    from sessionledger.eventlog import PostgresStore
+
+    schema = f"t_{os.urandom(6).hex()}"
+    made = PostgresStore(dsn, schema=schema)
+    try:
+        yield made
+    finally:
+        made.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _where(hits: list[SearchHit]) -> list[tuple[str, int, int]]:
+    return sorted((h.key, h.conversation, h.seq) for h in hits)
+
+
+def _fill(store: BaseStore) -> None:
+    tg = store.session("agent:telegram:42")
+    tg.append_message("user", "Plan a trip to Kyoto in April")  # 1
+    tg.append_message("assistant", "Kyoto blossoms peak in early April.")  # 2
+    store.new_session("agent:telegram:42")  # 3
+    tg.append_message("user", "Now Osaka, please")  # 4
+    tg.append_message(
+        "assistant",
+        None,
+        tool_calls=[
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"q": "Osaka castle"}'},
+            }
+        ],
+    )  # 5
+    slack = store.session("agent:slack:7")
+    slack.append_message("user", [{"type": "text", "text": "Is Kyoto busy in spring?"}])
+
+
+def test_finds_messages_across_sessions_and_conversations(store: BaseStore) -> None:
+    _fill(store)
+    hits = search(store, "kyoto")
+    assert _where(hits) == [
+        ("agent:slack:7", 0, 1),
+        ("agent:telegram:42", 0, 1),
+        ("agent:telegram:42", 0, 2),
+    ]
+    assert hits == sorted(hits, key=lambda h: -h.score)
+    first = next(h for h in hits if h.seq == 1 and h.key == "agent:telegram:42")
+    assert "[Kyoto]" in first.snippet and first.role == "user"
+    # The conversation of a hit is the one list_conversations names.
+    osaka = search(store, "Osaka")
+    assert {h.conversation for h in osaka} == {3}
+    assert 3 in {c.start_seq for c in list_conversations(store, "agent:telegram:42")}
+    assert _where(search(store, "castle")) == [("agent:telegram:42", 3, 5)]  # tool arguments
+    assert _where(search(store, "KYOTO april")) == [
+        ("agent:telegram:42", 0, 1),
+        ("agent:telegram:42", 0, 2),
+    ]
+    assert search(store, "nowhere") == []
+
+
+def test_filters(store: BaseStore) -> None:
+    _fill(store)
+    assert _where(search(store, "kyoto", channel="slack")) == [("agent:slack:7", 0, 1)]
+    assert {h.key for h in search(store, "kyoto", prefix="agent:tele")} == {"agent:telegram:42"}
+    assert {h.role for h in search(store, "kyoto", role="assistant")} == {"assistant"}
+    now = datetime.now(UTC)
+    assert search(store, "kyoto", since=now + timedelta(minutes=1)) == []
+    assert len(search(store, "kyoto", until=now + timedelta(minutes=1))) == 3
+    assert len(search(store, "kyoto", limit=1)) == 1
+    with pytest.raises(InvalidEventError, match="no word"):
+        search(store, "  --  ")
+    with pytest.raises(InvalidEventError, match="limit"):
+        search(store, "kyoto", limit=0)
+    with pytest.raises(InvalidEventError, match="aware"):
+        search(store, "kyoto", since=datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize("query", ['kyoto"', "kyoto OR", "NEAR(kyoto", "-kyoto", "kyoto*", "a:b"])
+def test_no_query_is_a_syntax_error(query: str) -> None:
+    store = MemoryStore()
+    store.session("k").append_message("user", "kyoto")
+    assert isinstance(search(store, query), list)
+
+
+def test_kept_current_incrementally_and_rebuildable(store: BaseStore) -> None:
+    _fill(store)
+    assert len(search(store, "kyoto")) == 3
+    assert refresh_search(store) == 0  # nothing moved
+    store.session("agent:slack:7").append_message("assistant", "Kyoto is busy in April.")
+    assert refresh_search(store) == 1  # only the session that moved is read
+    assert len(search(store, "kyoto", refresh=False)) == 4
+    store.session("agent:line:1").append_message("user", "kyoto by train")
+    assert len(search(store, "kyoto", refresh=False)) == 4  # not caught up yet
+    assert len(search(store, "kyoto")) == 5
+    store.delete("agent:line:1")
+    assert len(search(store, "kyoto")) == 4  # a deleted session leaves the index
+    before = _where(search(store, "kyoto"))
+    drop_search(store)
+    assert _where(search(store, "kyoto")) == before
+    assert rebuild_search(store) == 2
+    assert _where(search(store, "kyoto")) == before
+
+
+def test_a_cut_log_is_indexed_again(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "s", durability="none") as store:
+        s = store.session("k")
+        s.append_message("user", "kyoto one")
+        s.append_message("user", "kyoto two")
+        assert len(search(store, "kyoto")) == 2
+        s.close()
+        data = store.read_bytes("k")
+        cut_at = data.rstrip(b"\n").rfind(b"\n") + 1
+        store.cut("k", cut_at, reason="test")
+        store.session("k").append_message("user", "osaka three")
+        assert _where(search(store, "kyoto")) == [("k", 0, 1)]
+        assert _where(search(store, "osaka")) == [("k", 0, 2)]
+
+
+def test_two_store_objects_catch_up_at_once_without_duplicates(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "s", durability="none") as writer:
+        for n in range(40):
+            writer.session(f"s{n}").append_message("user", f"kyoto {n}")
+    stores = [FileStore(tmp_path / "s", durability="none") for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def run(store: FileStore) -> None:
+        try:
+            refresh_search(store)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    hits = search(stores[0], "kyoto", limit=100)
+    assert len(hits) == 40 and len(set(_where(hits))) == 40
+    for s in stores:
+        s.close()
+
+
+def test_the_index_file_is_never_followed(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "s", durability="none") as store:
+        store.session("k").append_message("user", "kyoto")
+        target = tmp_path / "elsewhere"
+        target.write_bytes(b"")
+        (tmp_path / "s" / ".search.sqlite3").symlink_to(target)
+        with pytest.raises(StorageError, match="not a regular file"):
+            search(store, "kyoto")
+        assert target.read_bytes() == b""
+
+
+def test_index_files_are_not_logs(tmp_path: Path) -> None:
+    with FileStore(tmp_path / "s", durability="none") as store:
+        store.session("k").append_message("user", "kyoto")
+        search(store, "kyoto")
+        assert store.keys() == ["k"]
+        assert replay.verify(store).ok
+        assert (tmp_path / "s" / ".search.sqlite3").stat().st_mode & 0o077 == 0
