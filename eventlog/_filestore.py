@@ -40,6 +40,7 @@ from ._errors import (
     StorageError,
     UnsafePathError,
 )
+from ._filetrash import TrashLock, list_entries, move_to_trash, purge_entry, restore_entry
 from ._fileviews import (
     list_log_names,
     read_from,
@@ -406,35 +407,43 @@ class FileStore(BaseStore):
         return True
 
     def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
-        from ._filetrash import move_to_trash
-
-        raw = self._open_raw(key, create=False)
-        if raw is None:
-            raise SessionNotFoundError(key)
-        try:
-            files = [self.path_for(key), self.snapshot_path(key), self.quarantine_path(key)]
-            return move_to_trash(self.root, key, files, entry_id, reason, when)
-        finally:
-            self._changes.bump(slot_of(self.path_for(key).name), membership=True)
-            raw.io.close()
+        with self._trash_lock():  # always before a writer lock: one order, no deadlock
+            raw = self._open_raw(key, create=False)
+            if raw is None:
+                raise SessionNotFoundError(key)
+            try:
+                files = [self.path_for(key), self.snapshot_path(key), self.quarantine_path(key)]
+                return move_to_trash(
+                    self.root, key, files, entry_id, reason, when, sync=self.durability != "none"
+                )
+            finally:
+                self._changes.bump(slot_of(self.path_for(key).name), membership=True)
+                raw.io.close()
 
     def _untrash(self, entry: TrashEntry) -> None:
-        from ._filetrash import restore_entry
-
         try:
-            restore_entry(self.root, entry)
+            with self._trash_lock():
+                restore_entry(self.root, entry.id, sync=self.durability != "none")
         finally:
             self._changes.bump(slot_of(self.path_for(entry.key).name), membership=True)
 
     def _purge(self, entry: TrashEntry) -> None:
-        from ._filetrash import purge_entry
-
-        purge_entry(entry)
+        with self._trash_lock():
+            purge_entry(self.root, entry.id)
 
     def _trash_entries(self) -> list[TrashEntry]:
-        from ._filetrash import list_entries
-
         return list_entries(self.root)
+
+    def _trash_lock(self) -> TrashLock:
+        lock = self.__dict__.get("_trash_mutex")
+        if lock is None:
+            made = TrashLock(self.root, sync=self.durability != "none")
+            lock = self.__dict__.setdefault("_trash_mutex", made)
+        assert isinstance(lock, TrashLock)
+        return lock
+
+    def _restored_meanwhile(self, entry_id: str) -> str | None:
+        return self._trash_lock().completed.pop(entry_id, None)
 
     # -- derived views (snapshots, catalog) ----------------------------------------------------
 

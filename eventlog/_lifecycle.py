@@ -16,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from ._errors import InvalidEventError, SessionNotFoundError
+from ._errors import EventLogError, InvalidEventError, LockedError, SessionNotFoundError
 from ._events import LIFECYCLE_STATES
 from ._fold import SessionState
 
@@ -54,6 +56,13 @@ class CleanupReport:
     trashed: list[str] = field(default_factory=list)
     purged: list[TrashEntry] = field(default_factory=list)
     skipped_locked: list[str] = field(default_factory=list)
+    #: Sessions left where they were, and why (a log that does not open, a refused move).
+    problems: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when no session had a problem."""
+        return not self.problems
 
 
 def _age(value: timedelta | float | int, name: str) -> timedelta:
@@ -121,6 +130,30 @@ class LifecycleOps:
 
     def _trash_entries(self) -> list[TrashEntry]:
         return []
+
+    def _trash_lock(self) -> AbstractContextManager[object]:
+        """The lock that serialises trash, restore, purge and cleanup (this process only)."""
+        lock = self.__dict__.get("_trash_mutex")
+        if lock is None:
+            lock = self.__dict__.setdefault("_trash_mutex", threading.RLock())
+        return cast(AbstractContextManager[object], lock)
+
+    def _restored_meanwhile(self, entry_id: str) -> str | None:
+        """The key of a restore of ``entry_id`` that was completed after a crash, if any."""
+        return None
+
+    def _readable_states(
+        self, keys: Iterable[str], skipped: dict[str, str]
+    ) -> Iterator[tuple[str, SessionState]]:
+        """Each key's state; a session that does not open is noted in ``skipped`` and passed."""
+        for key in keys:
+            try:
+                yield key, self.state(key)
+            except SessionNotFoundError:
+                continue  # removed meanwhile
+            except EventLogError as exc:
+                skipped[key] = str(exc)
+                logger.warning("session %r skipped: %s", key, exc)
 
     # -- end hooks ---------------------------------------------------------------------------
 
@@ -282,24 +315,26 @@ class LifecycleOps:
         age = _age(older_than, "older_than")
         cutoff = (now or datetime.now(UTC)) - age
         marked = []
-        for key in self.keys():
-            state = self.state(key)
+        skipped: dict[str, str] = {}
+        for key, state in self._readable_states(self.keys(), skipped):
             if state.lifecycle == "active" and state.updated_at < cutoff:
-                if self.writer_lock_held(key):
+                try:
+                    if self.writer_lock_held(key):
+                        continue
+                    self.session(key).set_lifecycle("idle")
+                except EventLogError as exc:
+                    logger.warning("session %r not marked idle: %s", key, exc)
                     continue
-                self.session(key).set_lifecycle("idle")
                 marked.append(key)
         return marked
 
     def latest_session(self, prefix: str) -> str | None:
         """The key starting with ``prefix`` whose last event is newest (None if there is none)."""
         best: tuple[datetime, str] | None = None
-        for key in self.keys():
-            if not key.startswith(prefix):
-                continue
-            updated = self.state(key).updated_at
-            if best is None or updated > best[0]:
-                best = (updated, key)
+        keys = [key for key in self.keys() if key.startswith(prefix)]
+        for key, state in self._readable_states(keys, {}):
+            if best is None or state.updated_at > best[0]:
+                best = (state.updated_at, key)
         return best[1] if best else None
 
     def cleanup(
@@ -320,21 +355,28 @@ class LifecycleOps:
                 f"state must be one of {', '.join(LIFECYCLE_STATES)}, not {state!r}"
             )
         moment = now or datetime.now(UTC)
-        report = CleanupReport(purged=self.purge_trash(now=moment))
-        for key in self.keys():
-            current = self.state(key)
-            if current.updated_at >= moment - age:
-                continue
-            if state is not None and current.lifecycle != state:
-                continue
-            if self.writer_lock_held(key):
-                report.skipped_locked.append(key)
-                continue
-            self._close_writer(key)
-            entry_id = f"{moment.strftime('%Y%m%dT%H%M%S%f')}-{os.urandom(4).hex()}"
-            self._trash(key, entry_id, "timeout", moment)
-            report.trashed.append(key)
-            self._ended(current, "timeout")
+        with self._trash_lock():
+            report = CleanupReport(purged=self.purge_trash(now=moment))
+            for key, current in self._readable_states(self.keys(), report.problems):
+                if current.updated_at >= moment - age:
+                    continue
+                if state is not None and current.lifecycle != state:
+                    continue
+                entry_id = f"{moment.strftime('%Y%m%dT%H%M%S%f')}-{os.urandom(4).hex()}"
+                try:
+                    if self.writer_lock_held(key):
+                        report.skipped_locked.append(key)
+                        continue
+                    self._close_writer(key)
+                    self._trash(key, entry_id, "timeout", moment)
+                except LockedError:
+                    report.skipped_locked.append(key)
+                    continue
+                except EventLogError as exc:  # this session stays; the others go on
+                    report.problems[key] = str(exc)
+                    continue
+                report.trashed.append(key)
+                self._ended(current, "timeout")
         return report
 
     def trash(self) -> list[TrashEntry]:
@@ -344,28 +386,34 @@ class LifecycleOps:
     def restore(self, entry: TrashEntry | str) -> str:
         """Bring a trashed session back (by entry or id); return its key.
 
-        Raises InvalidEventError if a session with that key exists again.
+        Raises InvalidEventError if a session with that key exists again. A restore a crash
+        interrupted is completed (and its key returned).
         """
-        found = self._find_trash(entry)
-        if self.exists(found.key):
-            raise InvalidEventError(
-                f"cannot restore {found.key!r}: a session with that key exists again"
-            )
-        self._untrash(found)
+        wanted = entry.id if isinstance(entry, TrashEntry) else entry
+        with self._trash_lock():
+            done = self._restored_meanwhile(wanted)
+            if done is not None:
+                return done
+            found = self._find_trash(wanted)
+            if self.exists(found.key):
+                raise InvalidEventError(
+                    f"cannot restore {found.key!r}: a session with that key exists again"
+                )
+            self._untrash(found)
         return found.key
 
     def purge_trash(self, *, now: datetime | None = None) -> list[TrashEntry]:
         """Remove for good the trash entries older than ``trash_ttl``; return them."""
         cutoff = (now or datetime.now(UTC)) - self.trash_ttl
         purged = []
-        for entry in self._trash_entries():
-            if entry.deleted_at < cutoff:
-                self._purge(entry)
-                purged.append(entry)
+        with self._trash_lock():
+            for entry in self._trash_entries():
+                if entry.deleted_at < cutoff:
+                    self._purge(entry)
+                    purged.append(entry)
         return purged
 
-    def _find_trash(self, entry: TrashEntry | str) -> TrashEntry:
-        wanted = entry.id if isinstance(entry, TrashEntry) else entry
+    def _find_trash(self, wanted: str) -> TrashEntry:
         for candidate in self._trash_entries():
             if candidate.id == wanted:
                 return candidate

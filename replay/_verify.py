@@ -20,6 +20,7 @@ from sessionledger.eventlog import (
     FORMAT_VERSION,
     BaseStore,
     Decoded,
+    FileStore,
     Header,
     SessionNotFoundError,
     decode_log,
@@ -246,5 +247,22 @@ def verify(
             if key is not None:
                 raise
             # Deleted while we were verifying the others: not a problem of the store.
+    if key is None and isinstance(store, FileStore):
+        report.store_problems.extend(_stray_logs(store, keys))
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _stray_logs(store: FileStore, keys: list[str]) -> list[Finding]:
+    """Log-named files that are no session's own file (a copy, a foreign file): never opened."""
+    own = {store.path_for(k).name for k in keys}
+    return [
+        Finding(
+            str(store.root / name),
+            1,
+            "not the log file of any session key of this store (a copy or a foreign file); "
+            "left untouched",
+        )
+        for name in sorted(store.log_names())
+        if name not in own
+    ]
