@@ -331,11 +331,11 @@ def disk_full_after(writes: int) -> Iterator[None]:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd, data)
 
-    _safeio._write = write  # type: ignore[assignment]
+    _safeio._write = write
     try:
         yield
     finally:
-        _safeio._write = real  # type: ignore[assignment]
+        _safeio._write = real
 
 
 def test_cleanup_on_a_full_disk_leaves_no_empty_entry(tmp_path: Path) -> None:
