@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+from unittest import mock
 
 import nanobot.session.manager as nb
 import pytest
@@ -70,13 +71,21 @@ def pair(messages: list[Msg], cursor: int) -> tuple[nb.Session, Session]:
     max_messages=st.integers(-1, 30),
     extend=st.booleans(),
     stamps=st.booleans(),
+    max_tokens=st.sampled_from([0, 1, 5, 20, 60]),
 )
 def test_get_history_matches_nanobot(
-    messages: list[Msg], cursor: int, max_messages: int, extend: bool, stamps: bool
+    messages: list[Msg], cursor: int, max_messages: int, extend: bool, stamps: bool, max_tokens: int
 ) -> None:
     theirs, ours = pair(messages, cursor)
-    kwargs: dict[str, Any] = {"include_timestamps": stamps, "extend_to_user": extend}
-    assert ours.get_history(max_messages, **kwargs) == theirs.get_history(max_messages, **kwargs)
+    kwargs: dict[str, Any] = {
+        "include_timestamps": stamps,
+        "extend_to_user": extend,
+        "max_tokens": max_tokens,
+    }
+    # A cheap estimator in nanobot's place (both sides use it): the slicing is under test here.
+    with mock.patch.object(nb, "estimate_message_tokens", lambda m: len(str(m)) // 8):
+        expected = theirs.get_history(max_messages, **kwargs)
+        assert ours.get_history(max_messages, **kwargs) == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -146,3 +155,11 @@ def test_a_saved_session_answers_as_an_unsaved_one(extend: bool, tmp_path: Any) 
         assert session.get_history(3, extend_to_user=extend) == theirs.get_history(
             3, extend_to_user=extend
         )
+
+
+def test_the_token_budget_uses_nanobots_estimator_as_patched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(nb, "estimate_message_tokens", lambda message: 50)
+    session = Session(key="k", messages=[{"role": "user", "content": f"u{i}"} for i in range(6)])
+    assert [m["content"] for m in session.get_history(max_tokens=120)] == ["u4", "u5"]

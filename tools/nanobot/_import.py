@@ -23,6 +23,9 @@ import msgspec
 from sessionledger import replay
 from sessionledger.eventlog import EventLogError, FileStore
 
+from . import _compat
+from ._views import mark_of, read_header
+
 logger = logging.getLogger("sessionledger.tools.nanobot")
 
 LEDGER_NAME = ".nanobot-imports.jsonl"
@@ -73,7 +76,29 @@ def import_workspace(store: FileStore, sessions_dir: Path, ledger: Ledger) -> No
     for path in sorted(sessions_dir.glob("*.jsonl")):
         if path.name in done or path.is_symlink() or not path.is_file():
             continue
+        if mark_of(read_header(path)) is not None:
+            continue  # a view of ours (its ledger record lost): the log is the record
         _import_file(store, path, ledger, deleted)
+
+
+def import_file(store: FileStore, path: Path, ledger: Ledger) -> None:
+    """Import one nanobot file now (a migrated legacy file), unless the ledger forbids it."""
+    done, deleted = ledger.read()
+    if path.name not in done:
+        _import_file(store, path, ledger, deleted)
+
+
+def remove_legacy(stem: str) -> bool:
+    """Remove ``<legacy dir>/<stem>.jsonl`` (nanobot deletes both locations); True if removed."""
+    path = _compat.legacy_sessions_dir() / f"{stem}.jsonl"
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        path.unlink()
+    except OSError as exc:
+        logger.warning("Failed to delete session file %s: %s", path, exc)
+        return False
+    return True
 
 
 def _import_file(store: FileStore, path: Path, ledger: Ledger, deleted: set[str]) -> None:

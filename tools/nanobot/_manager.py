@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import weakref
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,20 @@ from sessionledger.eventlog import (
     EventLogError,
     FileStore,
     InvalidEventError,
-    key_to_stem,
+    SessionWriter,
 )
 
+from . import _compat
 from ._diff import TAIL_CHECK, diff_messages
-from ._import import LEDGER_NAME, Ledger, import_workspace
+from ._import import LEDGER_NAME, Ledger, import_file, import_workspace, remove_legacy
+from ._keeper import UPDATED_AT_KEY, ViewKeeper, caller_updated_at
 from ._session import Binding, Session, local_time, valid_cursor, value_copy
 
 logger = logging.getLogger("sessionledger.tools.nanobot")
 
 STORE_DIRNAME = ".eventlog"
+#: How far a caller's ``updated_at`` may be from the log's last event time and not be kept.
+UPDATED_AT_SLACK = timedelta(seconds=1)
 #: Metadata a fork does not inherit (nanobot 0.2.2's list).
 FORK_VOLATILE_METADATA_KEYS = frozenset(
     {
@@ -62,7 +67,7 @@ FORK_VOLATILE_METADATA_KEYS = frozenset(
 class SessionManager:
     """Manages conversation sessions (nanobot's API), stored as append-only event logs."""
 
-    def __init__(self, workspace: Path | str) -> None:
+    def __init__(self, workspace: Path | str, *, views: bool = True) -> None:
         self.workspace = Path(workspace)
         self.sessions_dir = self.workspace / "sessions"
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
@@ -72,14 +77,39 @@ class SessionManager:
         self._lock = threading.RLock()
         self._imported = False
         self._ledger = Ledger(self.store.root / LEDGER_NAME)
+        #: The nanobot-format views (``sessions/<stem>.jsonl``), or None with ``views=False``.
+        self.views = ViewKeeper(self.sessions_dir, self.store, self._ledger) if views else None
         self._finalizer = weakref.finalize(self, self.store.close)
 
     # -- nanobot's API -------------------------------------------------------------------------
 
     @staticmethod
     def safe_key(key: str) -> str:
-        """A stable, filesystem-safe, collision-free file stem for ``key``."""
-        return key_to_stem(key)
+        """nanobot's file stem for ``key`` (its web UI names transcript and thread files by it).
+
+        Not collision-free, as in nanobot; the logs are named collision-free on their own.
+        """
+        return _compat.nanobot_stem(key)
+
+    def _repair(self, key: str) -> Session | None:
+        """nanobot's salvage hook (its web UI calls it when a file will not parse): the
+        session as its log holds it, uncached; None when there is none."""
+        if key in self._cache:
+            return self._cache[key]
+        data = self.read_session_file(key)
+        if data is None:
+            return None
+        return Session(
+            key=key,
+            messages=data["messages"],
+            created_at=datetime.fromisoformat(data["created_at"]),
+            updated_at=datetime.fromisoformat(data["updated_at"]),
+            metadata=data["metadata"],
+        )
+
+    def _get_session_path(self, key: str) -> Path:
+        """Where nanobot keeps ``key``'s file: its view here (nanobot's private helper)."""
+        return self.sessions_dir / f"{self.safe_key(key)}.jsonl"
 
     def get_or_create(self, key: str) -> Session:
         """Get a cached or stored session, or a new empty one (not stored until saved)."""
@@ -99,7 +129,10 @@ class SessionManager:
         with self._lock:
             self._ensure_imported()
             binding = self._binding(session)
-            self._write_changes(session, binding)
+            seq_before = binding.writer.seq
+            appended = self._write_changes(session, binding)
+            if self.views is not None:
+                self.views.after_save(session, binding, seq_before, appended)
             if fsync:
                 binding.writer.flush()
                 if binding.new_file:
@@ -137,7 +170,9 @@ class SessionManager:
                 logger.warning("Failed to delete session %s: %s", key, exc)
                 return False
             self._ledger.record({"event": "deleted", "key": key})
-            return existed
+            if self.views is not None:
+                existed = self.views.remove(key) or existed
+            return remove_legacy(self.safe_key(key)) or existed
 
     def read_session_file(self, key: str) -> dict[str, Any] | None:
         """Read a session from its log without caching it; None if it does not exist."""
@@ -150,16 +185,27 @@ class SessionManager:
             logger.warning("Failed to read session %s: %s", key, exc)
             return None
         state = loaded.state
+        metadata = dict(state.metadata)
+        updated_at = caller_updated_at(metadata, state)
+        metadata.pop(UPDATED_AT_KEY, None)
         return {
             "key": state.key,
             "created_at": local_time(state.created_at).isoformat(),
-            "updated_at": local_time(state.updated_at).isoformat(),
-            "metadata": state.metadata,
+            "updated_at": updated_at,
+            "metadata": metadata,
             "messages": state.message_dicts,
         }
 
     def read_session_metadata(self, key: str) -> dict[str, Any] | None:
-        """A session's key, times and metadata, without its messages; None if it does not exist."""
+        """A session's key, times and metadata, without its messages; None if it does not exist.
+
+        With views, read from the view's first line (no history is read); else from the log.
+        """
+        self._ensure_imported()
+        if self.views is not None:
+            found = self.views.metadata(key)
+            if found is not None:
+                return found
         data = self.read_session_file(key)
         if data is None:
             return None
@@ -214,20 +260,28 @@ class SessionManager:
             return target
 
     def list_sessions(self) -> list[dict[str, Any]]:
-        """Every stored session (key, created_at, updated_at, title, preview, path), newest first."""
+        """Every stored session (key, created_at, updated_at, title, preview, path), newest first.
+
+        With views, as nanobot lists its files (title without ``<think>``, the preview scan
+        limit, the caller's ``updated_at``); a session without a view comes from the catalog.
+        """
         self._ensure_imported()
-        rows = projections.list_sessions(self.store)
-        return [
-            {
-                "key": row.key,
-                "created_at": local_time(row.created_at).isoformat(),
-                "updated_at": local_time(row.updated_at).isoformat(),
-                "title": row.title if isinstance(row.title, str) else "",
-                "preview": row.preview,
-                "path": str(self.store.path_for(row.key)),
-            }
-            for row in rows
-        ]
+        viewed = self.views.rows() if self.views is not None else {}
+        rows = list(viewed.values())
+        for row in projections.list_sessions(self.store):
+            if row.key in viewed:
+                continue
+            rows.append(
+                {
+                    "key": row.key,
+                    "created_at": local_time(row.created_at).isoformat(),
+                    "updated_at": local_time(row.updated_at).isoformat(),
+                    "title": _compat.strip_think(row.title) if isinstance(row.title, str) else "",
+                    "preview": row.preview,
+                    "path": str(self.store.path_for(row.key)),
+                }
+            )
+        return sorted(rows, key=lambda row: str(row.get("updated_at") or ""), reverse=True)
 
     # -- beyond nanobot --------------------------------------------------------------------------
 
@@ -246,7 +300,7 @@ class SessionManager:
     # -- internals -------------------------------------------------------------------------------
 
     def _load(self, key: str) -> Session | None:
-        if not self.store.exists(key):
+        if not self.store.exists(key) and not self._migrate_legacy(key):
             return None
         try:
             writer = self.store.open(key)
@@ -256,12 +310,15 @@ class SessionManager:
             replay.repair(self.store, key)
             writer = self.store.open(key)
         state = writer.state
+        metadata = value_copy(state.metadata)
+        updated_at = datetime.fromisoformat(caller_updated_at(metadata, state))
+        metadata.pop(UPDATED_AT_KEY, None)
         session = Session(
             key=key,
             messages=list(state.message_dicts),
             created_at=local_time(state.created_at),
-            updated_at=local_time(state.updated_at),
-            metadata=value_copy(state.metadata),
+            updated_at=updated_at,
+            metadata=metadata,
             last_consolidated=state.last_consolidated,
         )
         session._log = Binding.from_state(writer, self, self.store.token_counter)
@@ -282,8 +339,11 @@ class SessionManager:
         session._log = binding
         return binding
 
-    def _write_changes(self, session: Session, binding: Binding) -> None:
-        """Append the events that bring the log to the session's messages, cursor and metadata."""
+    def _write_changes(self, session: Session, binding: Binding) -> list[dict[str, Any]] | None:
+        """Append the events that bring the log to the session's messages, cursor and metadata.
+
+        Returns the appended messages when the save only appended, else None.
+        """
         writer = binding.writer
         current = session.messages
         if not isinstance(current, list):
@@ -299,12 +359,16 @@ class SessionManager:
         if not isinstance(session.metadata, dict):
             raise InvalidEventError(f"session {session.key!r}: metadata must be a dict")
         before = dict(state.metadata)
+        pinned = before.pop(UPDATED_AT_KEY, None)
         if diff.clear:
             before.pop("_last_summary", None)
         removed = [name for name in before if name not in session.metadata]
         try:
             copies: list[dict[str, Any]] = value_copy(appended)
             changed = _metadata_changes(before, session.metadata)
+            changed.pop(UPDATED_AT_KEY, None)
+            if not isinstance(session.updated_at, datetime):
+                raise TypeError(f"updated_at must be a datetime, not {session.updated_at!r}")
         except (TypeError, msgspec.EncodeError, OverflowError) as exc:
             raise InvalidEventError(
                 f"session {session.key!r}: not JSON-serialisable: {exc}"
@@ -325,6 +389,7 @@ class SessionManager:
                 writer.mark_consolidated(cursor)
             if changed or removed:
                 writer.update_metadata(set=changed, unset=removed)
+            self._keep_updated_at(session, writer, pinned)
         except BaseException:
             # Whatever was written is in the state: diff against it (by value) next time.
             session._log = Binding.from_state(writer, self, binding.counter)
@@ -339,6 +404,27 @@ class SessionManager:
             binding.tail = (binding.tail + copies)[-TAIL_CHECK:]
         else:
             binding.tail = value_copy(current[-TAIL_CHECK:])
+        return copies if plain else None
+
+    def _keep_updated_at(self, session: Session, writer: SessionWriter, pinned: object) -> None:
+        """Keep a caller-set ``updated_at`` that the log's last event time does not give.
+
+        nanobot saves ``session.updated_at`` as it is; the log's own time is its last event's.
+        Within :data:`UPDATED_AT_SLACK` of it the log's time stands; otherwise (a backdated
+        session, say) the caller's is kept under a hidden metadata key, reported by reloads,
+        ``list_sessions`` and ``read_session_*``, and removed once the two agree again.
+        """
+        wanted = session.updated_at
+        logged = local_time(writer.state.updated_at)
+        if wanted.tzinfo is not None:
+            wanted = local_time(wanted)
+        value = None if abs(wanted - logged) <= UPDATED_AT_SLACK else wanted.isoformat()
+        if value == pinned:
+            return
+        if value is None:
+            writer.update_metadata(unset=[UPDATED_AT_KEY])
+        else:
+            writer.update_metadata(set={UPDATED_AT_KEY: value})
 
     # -- import ------------------------------------------------------------------------------
 
@@ -353,7 +439,26 @@ class SessionManager:
         with self._lock:
             if not self._imported:
                 import_workspace(self.store, self.sessions_dir, self._ledger)
+                if self.views is not None:
+                    self.views.reconcile()
                 self._imported = True
+
+    def _migrate_legacy(self, key: str) -> bool:
+        """Move ``key``'s file from nanobot's legacy global directory and import it."""
+        source = _compat.legacy_sessions_dir() / f"{self.safe_key(key)}.jsonl"
+        target = self._get_session_path(key)
+        if not source.is_file() or source.is_symlink() or target.exists():
+            return False
+        if key in self._ledger.read()[1]:
+            return False  # deleted here: never revived
+        try:
+            shutil.move(str(source), str(target))
+        except OSError as exc:
+            logger.warning("Failed to migrate session %s: %s", key, exc)
+            return False
+        logger.info("Migrated session %s from legacy path", key)
+        import_file(self.store, target, self._ledger)
+        return self.store.exists(key)
 
 
 def _metadata_changes(before: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from sessionledger.eventlog import (
     estimate_tokens,
 )
 
+from . import _compat
 from ._diff import TAIL_CHECK, MessageDiff, diff_messages
 
 Message = dict[str, Any]
@@ -75,6 +76,10 @@ class Binding:
     counter: Callable[[Mapping[str, Any]], int] = estimate_tokens
     #: Whether the log file was created by this process and its directory not yet synced.
     new_file: bool = False
+    #: The nanobot-format view this process keeps for the session (see ``_views``).
+    view: Any = None
+    #: True when the view's file belongs to another key (a shared nanobot stem).
+    view_blocked: bool = False
 
     @classmethod
     def from_state(
@@ -130,13 +135,17 @@ class Session:
         ``extend_to_user`` (nanobot 0.2.2) starts a window that holds no user message at the
         nearest earlier one, so a subagent's turn is never replayed without its user message.
         """
-        return projections.history(
+        count = _compat.estimator() if max_tokens > 0 else None
+        out = projections.history(
             self.log_state(),
             max_messages,
-            max_tokens=max_tokens,
+            max_tokens=0 if count is not None else max_tokens,
             include_timestamps=include_timestamps,
             extend_to_user=extend_to_user,
         )
+        if count is not None and out:
+            out = budget_slice(out, max_tokens, count)
+        return out
 
     def clear(self) -> None:
         """Clear all messages and reset the session to its initial state."""
@@ -234,6 +243,33 @@ class Session:
         if diff.unchanged(len(self.messages)) and base.last_consolidated == cursor:
             return base
         return fold_pending(base, diff, self.messages, cursor, counter, self._trim_reason)
+
+
+def budget_slice(
+    entries: list[dict[str, Any]], max_tokens: int, count: Callable[[Mapping[str, Any]], int]
+) -> list[dict[str, Any]]:
+    """The newest entries within ``max_tokens`` by ``count`` (nanobot's estimator), as nanobot
+    slices them: at least the last entry, realigned to the first user entry, or back to the
+    nearest earlier user entry past the budget when none fits, then at a legal tool start."""
+    kept: list[dict[str, Any]] = []
+    used = 0
+    for entry in reversed(entries):
+        tokens = count(entry)
+        if kept and used + tokens > max_tokens:
+            break
+        kept.append(entry)
+        used += tokens
+    kept.reverse()
+    first = next((i for i, e in enumerate(kept) if e.get("role") == "user"), None)
+    if first is not None:
+        kept = kept[first:]
+    else:
+        back = next(
+            (i for i in range(len(entries) - 1, -1, -1) if entries[i].get("role") == "user"), None
+        )
+        if back is not None:
+            kept = entries[back:]
+    return kept[projections.legal_start(kept) :]
 
 
 def fold_plan(state: SessionState, plan: projections.TrimPlan) -> SessionState:
