@@ -87,12 +87,13 @@ from ._postgres import PostgresStore
 from ._postgres_async import AsyncPostgresStore
 from ._store import BaseStore
 from ._store_types import CutReport, LoadedLog, OpenReport, Store
-from ._tokens import TiktokenCounter, TokenCounter, estimate_tokens
+from ._tokens import AGENTS_ITEM_KEY, TiktokenCounter, TokenCounter, estimate_tokens
 from ._views import LogStat, SnapshotStatus, ViewStorage
 from ._writeapi import CompactionResult
 from ._writer import DURABILITIES, Durability, SessionIO, SessionWriter, new_event_id
 
 __all__ = (
+    "AGENTS_ITEM_KEY",
     "DURABILITIES",
     "END_REASONS",
     "EVENT_TYPES",

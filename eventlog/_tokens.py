@@ -2,7 +2,9 @@
 
 What is counted follows nanobot's ``estimate_message_tokens``: the string content (or the text
 parts of list content, other parts as JSON), ``name``, ``tool_call_id``, the JSON of
-``tool_calls``, and ``reasoning_content``; plus 4; never less than 4. The default is a byte-length
+``tool_calls``, and ``reasoning_content``; plus 4; never less than 4. An OpenAI Agents SDK item
+kept under :data:`AGENTS_ITEM_KEY` (a function call, its output, a reasoning item ...) is counted
+as the JSON of the item, which is what the model is sent. The default is a byte-length
 heuristic (about 4 bytes a token, about 1 us a message); :class:`TiktokenCounter` gives real
 cl100k counts when the ``tiktoken`` extra is installed.
 """
@@ -10,9 +12,12 @@ cl100k counts when the ``tiktoken`` extra is installed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
+
+#: The key under which the Agents SDK adapter keeps an item that has no chat role.
+AGENTS_ITEM_KEY: Final = "_agents_item"
 
 #: A token counter takes a message dict and returns its token count.
 TokenCounter = Callable[[Mapping[str, Any]], int]
@@ -43,6 +48,9 @@ def _counted_text(message: Mapping[str, Any]) -> Iterator[str | bytes]:
     tool_calls = message.get("tool_calls")
     if tool_calls:
         yield _encode(tool_calls)
+    item = message.get(AGENTS_ITEM_KEY)
+    if item is not None:
+        yield _encode(item)
 
 
 def estimate_tokens(message: Mapping[str, Any]) -> int:

@@ -31,6 +31,7 @@ from ._sanitize import (
     sanitize_assistant_text,
     session_preview,
 )
+from ._sdk_items import describe_item, item_call, sdk_item
 from ._search import SearchHit, drop_search, rebuild_search, refresh_search, search, searchable_text
 from ._session_id import SessionID
 from ._snapshots import rebuild_snapshot, snapshot_status, write_snapshot
@@ -77,11 +78,13 @@ __all__ = (
     "context_start",
     "context_tokens",
     "declared_call_ids",
+    "describe_item",
     "drop_search",
     "file_cap",
     "history",
     "history_with_tokens",
     "image_breadcrumb",
+    "item_call",
     "legal_start",
     "list_conversations",
     "list_sessions",
@@ -93,6 +96,7 @@ __all__ = (
     "refresh_search",
     "retain_recent_legal_suffix",
     "sanitize_assistant_text",
+    "sdk_item",
     "search",
     "searchable_text",
     "select",

@@ -43,6 +43,7 @@ from sessionledger.eventlog import MessageAppended, SessionState, estimate_token
 
 from ._orphans import legal_start
 from ._sanitize import image_breadcrumb, sanitize_assistant_text
+from ._sdk_items import sdk_item
 from ._usage import context_start
 
 DEFAULT_MAX_MESSAGES: Final = 120
@@ -108,6 +109,9 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
     message = event.message
     if message.get("_command"):
         return None
+    item = sdk_item(message)
+    if item is not None:
+        return dict(item), event.tokens  # an Agents SDK item goes to the model as it is
     role = message.get("role")
     content = message.get("content", "")
     added = 0
@@ -169,7 +173,7 @@ def _is_user(event: MessageAppended) -> bool:
 
 
 def _first_user(entries: list[tuple[Entry, int]]) -> int | None:
-    return next((i for i, (e, _) in enumerate(entries) if e["role"] == "user"), None)
+    return next((i for i, (e, _) in enumerate(entries) if e.get("role") == "user"), None)
 
 
 def _slice_tokens(
@@ -200,7 +204,7 @@ def _slice_tokens(
     candidate = overflow
     while candidate is not None:
         extra.append(candidate)
-        if candidate[0]["role"] == "user":
+        if candidate[0].get("role") == "user":
             extra.reverse()
             return extra + kept
         candidate = None

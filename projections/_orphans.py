@@ -9,6 +9,8 @@ Invariants (DESIGN "Precise rules", nanobot's ``find_legal_message_start``):
   ``messages[legal_start(messages):]`` never begins with, nor contains, an orphan result.
 - :func:`orphaned_tool_indices` is the stricter clean-up over a whole list: a tool
   message is kept only when its id was declared by some assistant message anywhere in it.
+- Agents SDK items pair the same way: a call item (``function_call`` ...) declares its
+  ``call_id``, a call-output item is a tool result for its ``call_id`` (see ``_sdk_items``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sessionledger.eventlog import AGENTS_ITEM_KEY
+
+from ._sdk_items import item_call
+
 
 def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
-    """The tool-call ids an assistant message declares (empty for any other message)."""
+    """The tool-call ids an assistant message (or an SDK call item) declares (else empty)."""
     if message.get("role") != "assistant":
-        return []
+        pair = item_call(message)
+        return [pair[1]] if pair is not None and pair[0] == "call" else []
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
         return []
@@ -45,6 +52,15 @@ def legal_start(messages: Iterable[Mapping[str, Any]]) -> int:
                 for call in calls:
                     if (type(call) is dict or isinstance(call, Mapping)) and call.get("id"):
                         declared.add(str(call["id"]))
+        elif role != "user" and AGENTS_ITEM_KEY in message:
+            pair = item_call(message)
+            if pair is None:
+                continue
+            if pair[0] == "call":
+                declared.add(pair[1])
+            elif pair[1] not in declared:
+                start = i + 1
+                declared.clear()
     return start
 
 
@@ -56,9 +72,13 @@ def orphaned_tool_indices(messages: Sequence[Mapping[str, Any]]) -> list[int]:
     declared: set[str] = set()
     for message in messages:
         declared.update(declared_call_ids(message))
-    return [
-        i
-        for i, message in enumerate(messages)
-        if message.get("role") == "tool"
-        and not (message.get("tool_call_id") and str(message["tool_call_id"]) in declared)
-    ]
+    out = []
+    for i, message in enumerate(messages):
+        if message.get("role") == "tool":
+            if not (message.get("tool_call_id") and str(message["tool_call_id"]) in declared):
+                out.append(i)
+            continue
+        pair = item_call(message)
+        if pair is not None and pair[0] == "output" and pair[1] not in declared:
+            out.append(i)
+    return out

@@ -41,6 +41,7 @@ from sessionledger.eventlog import (
 )
 
 from ._sanitize import content_text
+from ._sdk_items import sdk_item
 
 #: Sessions caught up per transaction.
 BATCH: Final = 256
@@ -134,6 +135,9 @@ class Backend(Protocol):
 def searchable_text(message: Mapping[str, Any]) -> str:
     """The text of a message that search matches (content, tool-call arguments, SDK items)."""
     parts: list[str] = []
+    item = sdk_item(message)
+    if item is not None:
+        message = item
     text = content_text(message.get("content"))
     if text:
         parts.append(text)

@@ -19,16 +19,19 @@ from sessionledger.eventlog import (
     Compacted,
     Compaction,
     Consolidated,
+    ConversationResumed,
     Event,
     LifecycleChanged,
     MessageAppended,
     MetadataChanged,
     SessionState,
     UnknownEvent,
+    UsageRecorded,
     apply,
     fold,
     portable,
 )
+from sessionledger.projections import describe_item, sdk_item
 
 from ._errors import PointNotFoundError
 from ._timetravel import _aware
@@ -110,6 +113,9 @@ class StateDiff(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _preview(message: dict[str, Any]) -> str:
+    item = sdk_item(message)
+    if item is not None:
+        return describe_item(item, _PREVIEW)
     content = message.get("content")
     text = content if isinstance(content, str) else "" if content is None else str(content)
     text = " ".join(text.split())
@@ -179,6 +185,19 @@ def describe_event(state: SessionState, event: Event) -> TimelineEntry:
             )
         case LifecycleChanged():
             before_state = state.lifecycle
+        case UsageRecorded():
+            total = event.total_tokens or event.prompt_tokens + event.completion_tokens
+            summary = (
+                f"usage: {event.model or 'model ?'} {event.prompt_tokens} prompt + "
+                f"{event.completion_tokens} completion = {total} tokens"
+                + (f" ({event.cached_tokens} cached)" if event.cached_tokens else "")
+            )
+        case ConversationResumed():
+            by = f" by {event.by}" if event.by else ""
+            summary = (
+                f"resumed: the conversation of seq {event.start_seq}..{event.end_seq}{by} "
+                f"({event.messages} messages follow)"
+            )
         case _:
             pass
     if not isinstance(event, MessageAppended | MetadataChanged | Compacted):

@@ -18,6 +18,7 @@ from sessionledger.eventlog import (
     Cleared,
     Compacted,
     Consolidated,
+    ConversationResumed,
     Event,
     LifecycleChanged,
     MessageAppended,
@@ -25,7 +26,9 @@ from sessionledger.eventlog import (
     Retracted,
     Trimmed,
     UnknownEvent,
+    UsageRecorded,
 )
+from sessionledger.projections import describe_item, sdk_item
 
 from ._common import cut, human_bytes
 
@@ -83,6 +86,9 @@ def describe_event(event: Event) -> tuple[str, str, Text]:
         case MessageAppended():
             message = event.message
             role = str(message.get("role", "?"))
+            item = sdk_item(message)
+            if item is not None:  # an Agents SDK item: a call, its output, reasoning ...
+                return "message", role, Text(describe_item(item, CONTENT_LIMIT))
             body = Text(cut(_one_line(content_text(message)), CONTENT_LIMIT))
             flags = []
             if message.get("_command"):
@@ -120,7 +126,37 @@ def describe_event(event: Event) -> tuple[str, str, Text]:
         case Trimmed():
             return "trimmed", "trimmed", Text(f"dropped the oldest {event.count} ({event.reason})")
         case Cleared():
-            return "cleared", "cleared", Text("all live messages dropped")
+            what = "all live messages dropped"
+            if event.keep:
+                what = f"live messages dropped but {len(event.keep)} kept"
+            if event.reason:
+                what = f"conversation ended ({event.reason}); {what}"
+            if event.unset:
+                what += f"; metadata -{', -'.join(event.unset)}"
+            return "cleared", "cleared", Text(what)
+        case ConversationResumed():
+            by = f" by {event.by}" if event.by else ""
+            return (
+                "resumed",
+                "resumed",
+                Text(
+                    f"resumed the conversation of seq {event.start_seq}..{event.end_seq}{by} "
+                    f"({event.messages} messages follow)"
+                ),
+            )
+        case UsageRecorded():
+            model = event.model or "model ?"
+            total = event.total_tokens or event.prompt_tokens + event.completion_tokens
+            cached = f", {event.cached_tokens:,} cached" if event.cached_tokens else ""
+            call = f" [{event.call_id}]" if event.call_id else ""
+            return (
+                "usage",
+                "usage",
+                Text(
+                    f"{model}: {event.prompt_tokens:,} prompt + {event.completion_tokens:,} "
+                    f"completion = {total:,} tokens{cached}{call}"
+                ),
+            )
         case Retracted():
             return "retracted", "retracted", Text(f"withdrew the newest {event.count}")
         case LifecycleChanged():
