@@ -24,6 +24,7 @@ import msgspec
 
 from ._errors import EventLogError, StorageError
 from ._fold import EndedConversation, SessionState, preview_candidates
+from ._pg_schema import channel_name
 
 if TYPE_CHECKING:
     import psycopg
@@ -302,14 +303,13 @@ class Statements:
         from psycopg import sql
 
         s = sql.Identifier(schema)
-        self.channel = f"sessionlog_{schema}"[:63]
+        self.channel = channel_name(schema)
 
         def q(text: str) -> sql.Composed:
             return sql.SQL(text).format(s=s, channel=sql.Literal(self.channel))
 
         self.lock = q("SELECT seq, head, size FROM {s}.sessions WHERE key = %s FOR UPDATE")
         self.lock_only = q("SELECT 1 FROM {s}.sessions WHERE key = %s FOR UPDATE")
-        self.after = q("SELECT line FROM {s}.events WHERE key = %s AND seq > %s ORDER BY seq")
         self.lines = q("SELECT line FROM {s}.events WHERE key = %s ORDER BY seq")
         self.tail = q(
             "SELECT pos, line FROM {s}.events WHERE key = %(k)s AND seq >= coalesce(("
@@ -320,6 +320,9 @@ class Statements:
         self.keys = q("SELECT key FROM {s}.sessions ORDER BY key")
         self.scan = q("SELECT key, size, session_id, updated_at FROM {s}.sessions")
         self.delete = q("DELETE FROM {s}.sessions WHERE key = %s")
+        # Events have no foreign key to their session (it cost every append a lookup): a
+        # delete locks the session row first, so no append can slip in between these two.
+        self.delete_events = q("DELETE FROM {s}.events WHERE key = %s")
         self.cut = q("DELETE FROM {s}.events WHERE key = %s AND pos >= %s")
         self.find_id = q("SELECT seq FROM {s}.events WHERE key = %s AND id = %s")
         self.quarantine = q(
@@ -335,9 +338,9 @@ class Statements:
         self.trash_drop = q("DELETE FROM {s}.trash WHERE id = %s")
         self.snapshot = q("SELECT data FROM {s}.snapshots WHERE key = %s")
         self.put_snapshot = q(
-            "INSERT INTO {s}.snapshots (key, data) SELECT key, %s FROM {s}.sessions "
+            "INSERT INTO {s}.snapshots (key, data, seq) SELECT key, %s, %s FROM {s}.sessions "
             "WHERE key = %s ON CONFLICT (key) DO UPDATE SET data = excluded.data, "
-            "written_at = now()"
+            "seq = excluded.seq, written_at = now()"
         )
         self.drop_snapshot = q("DELETE FROM {s}.snapshots WHERE key = %s")
         self.catalog = q("SELECT data FROM {s}.catalog_blob WHERE id = 1")
@@ -353,20 +356,55 @@ class Statements:
             "INSERT INTO {s}.events (key, seq, pos, id, line) SELECT key, %s, 0, %s, %s FROM s "
             "RETURNING 1"
         )
-        # One statement per append (or batch): insert the lines, update the catalog, notify.
-        write = (
+        # The append (migration 5's append_events): one event's arrays are built server-side,
+        # which is cheaper than sending one-element arrays.
+        call = (
+            "SELECT status, cur_seq, cur_head, cur_size, tail FROM {s}.append_events("
+            "%b, %b, %b, {arrays}, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, "
+            "%b)"
+        )
+        self.append_one = q(
+            call.replace(
+                "{arrays}",
+                "ARRAY[%b::bigint], ARRAY[%b::bigint], ARRAY[%b::bytea], ARRAY[%b::bytea]",
+            )
+        )
+        self.append_many = q(
+            call.replace("{arrays}", "%b::bigint[], %b::bigint[], %b::bytea[], %b::bytea[]")
+        )
+        # Where a session is now, and the lines after a seq (a writer catching up, no lock).
+        self.since = q(
+            "SELECT s.seq, s.head, s.size, (SELECT string_agg(e.line, ''::bytea ORDER BY e.seq) "
+            "FROM {s}.events e WHERE e.key = s.key AND e.seq > %s AND e.seq <= s.seq) "
+            "FROM {s}.sessions s WHERE s.key = %s"
+        )
+        # Opening: the snapshot (kind 0) and the lines from its seq on (kind 1), or every line
+        # when there is no snapshot with a seq, in one query.
+        self.open = q(
+            "SELECT 0, seq, 0::bigint, data FROM {s}.snapshots "
+            "WHERE key = %(k)s AND seq IS NOT NULL "
+            "UNION ALL SELECT 1, e.seq, e.pos, e.line FROM {s}.events e WHERE e.key = %(k)s "
+            "AND e.seq >= coalesce((SELECT seq FROM {s}.snapshots WHERE key = %(k)s), 0) "
+            "ORDER BY 1, 2"
+        )
+        self.follow = q(
+            "INSERT INTO {s}.followers (key, pid) VALUES (%s, pg_backend_pid()) "
+            "ON CONFLICT DO NOTHING"
+        )
+        self.unfollow = q("DELETE FROM {s}.followers WHERE key = %s AND pid = pg_backend_pid()")
+        self.prune_followers = q(
+            "DELETE FROM {s}.followers WHERE pid NOT IN (SELECT pid FROM pg_stat_activity)"
+        )
+        # Imports and cuts write many lines under the row lock: insert, catalog, notify.
+        self.write_full = q(
             "WITH ins AS (INSERT INTO {s}.events (key, seq, pos, id, line) "
             "SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::bytea[], %s::bytea[])), "
             "upd AS (UPDATE {s}.sessions SET seq = %s, head = %s, updated_at = %s, "
             "messages = %s, live_tokens = %s, total_messages = %s, total_tokens = %s, "
-            "last_consolidated = %s, lifecycle = %s, end_reason = %s, size = %s"
-        )
-        end = " WHERE key = %s) SELECT pg_notify({channel}, %s)"
-        self.write_hot = q(write + end)
-        self.write_full = q(
-            write
-            + ", title = %s, metadata = %s, preview = %s, summary = %s, conversations = %s"
-            + end
+            "last_consolidated = %s, lifecycle = %s, end_reason = %s, size = %s, "
+            "title = %s, metadata = %s, preview = %s, summary = %s, conversations = %s "
+            "WHERE key = %s) "
+            "SELECT pg_notify({channel}, %s)"
         )
 
 
@@ -394,7 +432,7 @@ class PgTarget:
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every connection."""
-        return {"connect_timeout": max(2, math.ceil(self.connect_timeout)), "autocommit": False}
+        return {"connect_timeout": max(2, math.ceil(self.connect_timeout)), "autocommit": True}
 
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         """One connection now, or a :class:`StorageError` naming host and port."""

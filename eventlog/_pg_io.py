@@ -1,25 +1,36 @@
-"""One writer's append transaction on a PostgreSQL session (the ``SessionIO`` of the store).
+"""One session's appends in PostgreSQL: the statement that writes them, catching up, undoing.
 
 Invariants:
-- An append is one transaction on one pooled connection: BEGIN with ``SELECT ... FOR UPDATE`` of
-  the session row (one round trip), fold in what other writers committed since this writer
-  last looked, let the writer stage its event(s), then write the lines, the catalog columns and
-  the NOTIFY with the COMMIT (one more round trip). Nothing is held between appends.
-- Any failure rolls back the whole transaction. If the writer may already have folded a staged
-  event, its state is marked stale and rebuilt from the database at the next transaction.
-- A connection lost before the write was sent: nothing was written (``StorageError``). Lost while
-  the write and commit were in flight: :class:`CommitUnknownError` (retrying the same event id
-  is safe; ``PostgresStore.committed`` tells which).
+- The common append is one statement in autocommit mode, so one round trip:
+  ``append_events`` (schema migration 5) compares the session row's (seq, head) with what the
+  writer last knew and, only when they match, inserts the lines, updates the catalog columns
+  and NOTIFYs followers (when there are any), all in the statement's implicit transaction. On a
+  mismatch it writes nothing and returns what other writers committed since: the writer folds
+  that in and stages again (one more round trip).
+- ``store.batch(key)`` is a transaction that holds the session row's lock (``SELECT ... FOR
+  UPDATE``) for the block, so the seqs its appends returned stay true; its writes go through the
+  same statement, then ``COMMIT``.
+- A writer folds a staged event into its state before the commit. If the commit fails, the
+  state is put back exactly as it was (:class:`Undo`), so ``writer.state`` never shows an event
+  that was rolled back. If the outcome is unknown (the connection dropped while the statement
+  was in flight), the state is put back and marked stale: the next use rebuilds it from the
+  database, which says whether the event is there.
+- A connection that went bad while idle in the pool (a restarted or terminated server backend)
+  is dropped before anything is sent on it: nothing was written, a fresh connection is used.
+  A connection lost after the statement was sent raises :class:`CommitUnknownError`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
+import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._codec import LineDecoder
-from ._errors import CorruptLogError, SessionNotFoundError, StorageError
+from ._errors import SessionNotFoundError, StorageError
 from ._fold import SessionState, apply
 from ._pg_common import catalog_values, event_row, notify_payload, translate
 
@@ -47,48 +58,240 @@ class CommitUnknownError(StorageError):
         self.event_ids = tuple(event_ids)
 
 
-class _PgIO:
-    """One writer's view of a session in PostgreSQL; appends run in :meth:`transaction`."""
+class Undo:
+    """Puts a writer's state back as it was before events were folded in speculatively.
 
-    def __init__(self, store: PostgresStore, key: str) -> None:
+    Message events only append (to ``messages``, the counters, ``ids``), so undoing them is
+    cutting back; before the first other event a full copy is taken (those are rare).
+    """
+
+    __slots__ = ("_full", "_ids", "_len", "_scalars")
+
+    _FIELDS = ("seq", "head", "updated_at", "live_tokens", "total_messages", "total_tokens")
+
+    def __init__(self, state: SessionState) -> None:
+        self._scalars = tuple(getattr(state, f) for f in self._FIELDS)
+        self._len = len(state.messages)
+        self._ids: list[str] = []
+        self._full: SessionState | None = None
+
+    def before(self, state: SessionState, tag: str, event_id: str) -> None:
+        """Call before folding an event of type ``tag`` with ``event_id`` into ``state``."""
+        if self._full is not None:
+            return
+        if tag != "message":
+            self._full = state.copy()
+        else:
+            self._ids.append(event_id)
+
+    def undo(self, state: SessionState) -> None:
+        """Restore ``state`` (in place: async writers share the object)."""
+        if self._full is not None:
+            for name in SessionState.__struct_fields__:
+                setattr(state, name, getattr(self._full, name))
+        del state.messages[self._len :]
+        for event_id in self._ids:
+            state.ids.pop(event_id, None)
+        for name, value in zip(self._FIELDS, self._scalars, strict=True):
+            setattr(state, name, value)
+
+
+@dataclass(slots=True)
+class Pending:
+    """A staged line waiting for its commit."""
+
+    seq: int
+    id: str
+    line: bytes
+    tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What ``append_events`` answered: 0 written; 1 seq/head moved (others' lines in
+    ``tail``); 2 no such session."""
+
+    status: int
+    seq: int = 0
+    head: str = ""
+    size: int = 0
+    tail: bytes = b""
+
+
+class _PgIO:
+    """One writer's view of a session in PostgreSQL (the writer's ``SessionIO``)."""
+
+    def __init__(self, store: PostgresStore, key: str, size: int = 0) -> None:
         self.name = store._describe(key)
         self._store = store
         self._key = key
         self._kb = key.encode()
+        self._size = size
+        self._preview: bytes | None = None
+        #: The state may hold events whose commit is unknown: rebuild it before the next use.
+        self.stale = False
+        # store.batch(): the open transaction's connection, owner thread, depth, staged lines.
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._owner: int | None = None
         self._depth = 0
-        self._pending: list[tuple[int, str, bytes, str]] = []
-        self._stale = False
-        self._size = 0
-        self._preview = b""
+        self._pending: list[Pending] = []
+        self._undo: Undo | None = None
+        self._state: SessionState | None = None
 
-    # -- SessionIO ---------------------------------------------------------------------------
+    # -- SessionIO (used inside store.batch) -----------------------------------------------
 
     def append(self, data: bytes) -> None:
-        """Stage a line; it is written when the transaction ends."""
-        if self._conn is None:
+        """Stage a line of the open transaction; it is written when the transaction ends."""
+        if self._conn is None or self._state is None or self._undo is None:
             raise StorageError(self.name, "append", "no transaction is open (internal error)")
         seq, event_id, tag = event_row(data)
-        self._pending.append((seq, event_id, data, tag))
+        self._undo.before(self._state, tag, event_id)
+        self._pending.append(Pending(seq, event_id, data, tag))
 
     def sync(self) -> None:
-        """Nothing to do: the transaction's commit is the durability point."""
+        """Nothing to do: the commit is the durability point."""
 
     def truncate(self, size: int) -> None:
         """Nothing to do: a failed transaction is rolled back whole."""
 
     def size(self) -> int:
-        return self._size + sum(len(p[2]) for p in self._pending)
+        return self._size + sum(len(p.line) for p in self._pending)
 
     def close(self) -> None:
         """Nothing held between appends (each append takes a pooled connection)."""
 
-    # -- the append transaction --------------------------------------------------------------
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside this session's ``store.batch`` transaction."""
+        return self._depth > 0 and self._owner == threading.get_ident()
+
+    # -- the one-statement append ----------------------------------------------------------
+
+    def send(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        base_seq: int,
+        base_head: str,
+        pending: Sequence[Pending],
+        state: SessionState,
+    ) -> Outcome:
+        """Run ``append_events`` for ``pending`` (staged on top of ``base_seq``/``base_head``,
+        already folded into ``state``); return what the server answered."""
+        values = catalog_values(state)
+        full = values.preview != self._preview or any(p.tag != "message" for p in pending)
+        positions: list[int] = []
+        size = self._size
+        for p in pending:
+            positions.append(size)
+            size += len(p.line)
+        sql = self._store._sql
+        one = len(pending) == 1
+        args: tuple[Any, ...] = (
+            self._kb,
+            base_seq,
+            base_head,
+            pending[0].seq if one else [p.seq for p in pending],
+            positions[0] if one else positions,
+            pending[0].id.encode() if one else [p.id.encode() for p in pending],
+            pending[0].line if one else [p.line for p in pending],
+            values.head,
+            size,
+            values.updated_at,
+            values.messages,
+            values.live_tokens,
+            values.total_messages,
+            values.total_tokens,
+            values.last_consolidated,
+            values.lifecycle,
+            values.end_reason,
+            full,
+            values.title,
+            values.metadata,
+            values.preview,
+            values.summary,
+            values.encoded_conversations() if full else None,
+            notify_payload(self._key, state.seq),
+        )
+        row = self.execute(conn, sql.append_one if one else sql.append_many, args)
+        if row is None:  # pragma: no cover - the function always returns one row
+            raise StorageError(self.name, "append", "append_events returned nothing")
+        status = int(row[0])
+        if status == 0:
+            self._size = size
+            self._preview = values.preview
+            return Outcome(0)
+        if status == 2:
+            return Outcome(2)
+        return Outcome(1, int(row[1]), str(row[2]), int(row[3]), bytes(row[4] or b""))
+
+    def execute(
+        self, conn: psycopg.Connection[tuple[Any, ...]], query: Any, args: Sequence[Any]
+    ) -> tuple[Any, ...] | None:
+        """Run the append statement and fetch its row (one round trip; a seam for tests)."""
+        return conn.execute(query, args).fetchone()
+
+    # -- catching up with other writers ----------------------------------------------------
+
+    def absorb(
+        self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState, moved: Outcome
+    ) -> None:
+        """Fold in what others committed (from a status-1 :class:`Outcome`), or reload."""
+        if moved.seq > state.seq and moved.tail:
+            dec = LineDecoder(
+                key=self._store.hash_key,
+                prev_h=state.head,
+                last_seq=state.seq,
+                expect_header=False,
+                first_line=state.seq + 2,
+            )
+            events = dec.feed(moved.tail)
+            if (
+                dec.bad is None
+                and not dec.pending
+                and dec.last_seq == moved.seq
+                and dec.head == moved.head
+                and self._size + len(moved.tail) == moved.size
+            ):
+                for event in events:
+                    apply(state, event)
+                self._size = moved.size
+                return
+        self.reload(conn, state)  # cut, replaced or otherwise not a continuation: start over
+
+    def reload(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
+        """Replace ``state`` (in place) with the session as the database has it."""
+        loaded = self._store._load_on(conn, self._key)
+        if loaded is None:
+            raise SessionNotFoundError(self._key)
+        fresh, self._size = loaded
+        for name in SessionState.__struct_fields__:
+            setattr(state, name, getattr(fresh, name))
+        self._preview = None
+        self.stale = False
+
+    def refresh(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
+        """Fold in what other writers committed (one query, no lock)."""
+        if self.stale:
+            self.reload(conn, state)
+            return
+        row = conn.execute(self._store._sql.since, (state.seq, self._kb)).fetchone()
+        if row is None:
+            raise SessionNotFoundError(self._key)
+        cur_seq, cur_head = int(row[0]), str(row[1])
+        if cur_seq == state.seq and cur_head == state.head:
+            return
+        self.absorb(conn, state, Outcome(1, cur_seq, cur_head, int(row[2]), bytes(row[3] or b"")))
+
+    # -- store.batch: a transaction holding the row lock -----------------------------------
 
     @contextlib.contextmanager
-    def transaction(self, state: SessionState) -> Iterator[None]:
-        """Lock the session, catch ``state`` up, run the body; write and commit at the end."""
-        if self._depth:  # a batch: this append joins the open transaction
+    def transaction(
+        self, state: SessionState, conn: psycopg.Connection[tuple[Any, ...]] | None = None
+    ) -> Iterator[None]:
+        """Lock the session, catch ``state`` up, run the body; write and commit at the end.
+
+        Runs on ``conn`` when given (the caller keeps it), else on a pooled connection.
+        """
+        if self._depth:  # a nested use on the owning thread joins the open transaction
             self._depth += 1
             try:
                 yield
@@ -96,99 +299,70 @@ class _PgIO:
                 self._depth -= 1
             return
         store = self._store
-        conn = store._getconn()
-        self._conn, self._depth, self._pending = conn, 1, []
+        lent = conn
+        conn = lent or store._getconn()
         committing = False
         try:
             try:
-                self._catch_up(conn, state)
+                with conn.pipeline():  # BEGIN and the row lock in one round trip
+                    conn.execute("BEGIN")
+                    row = conn.execute(store._sql.lock, (self._kb,)).fetchone()
+                if row is None:
+                    raise SessionNotFoundError(self._key)
+                if self.stale or int(row[0]) != state.seq or str(row[1]) != state.head:
+                    self.refresh(conn, state)
+            except Exception as exc:
+                _rollback(conn)
+                raise translate(exc, self.name, "append", nothing_written=True) from exc
+            self._conn, self._owner, self._depth = conn, threading.get_ident(), 1
+            self._pending, self._undo, self._state = [], Undo(state), state
+            base_seq, base_head = state.seq, state.head
+            try:
                 yield
             except BaseException:
                 _rollback(conn)
-                if self._pending:
-                    self._stale = True  # the writer may have folded a staged event
+                self._undo.undo(state)
                 raise
             if not self._pending:
                 _rollback(conn)
                 return
             try:
-                # One round trip: the write and the commit go together (pipeline mode). A
-                # dropped connection here may have committed or not: the outcome is unknown.
                 committing = True
-                with conn.pipeline():
-                    self._write(conn, state)
-                    conn.commit()
+                with conn.pipeline():  # the write and the COMMIT in one round trip
+                    outcome = self.send(conn, base_seq, base_head, self._pending, state)
+                    conn.execute("COMMIT")
+                if outcome.status != 0:  # pragma: no cover - the row lock makes this impossible
+                    raise StorageError(self.name, "append", "the session moved under its lock")
             except BaseException as exc:
-                self._stale = True
                 _rollback(conn)
-                if committing and _is_disconnect(exc):
+                self._undo.undo(state)
+                if committing and is_disconnect(exc, conn):
+                    self.stale = True
                     raise CommitUnknownError(
-                        self.name, _oneline(exc), event_ids=[p[1] for p in self._pending]
+                        self.name, oneline(exc), event_ids=[p.id for p in self._pending]
                     ) from exc
                 raise translate(exc, self.name, "append", nothing_written=True) from exc
-            self._size += sum(len(p[2]) for p in self._pending)
         finally:
-            self._depth, self._conn, self._pending = 0, None, []
-            store._putconn(conn)
+            self._conn, self._owner, self._depth = None, None, 0
+            self._pending, self._undo, self._state = [], None, None
+            if lent is None:
+                store._putconn(conn)
 
-    def _catch_up(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
-        store = self._store
-        try:
-            with conn.pipeline():  # BEGIN and the row lock in one round trip
-                row = conn.execute(store._sql.lock, (self._kb,)).fetchone()
-            if row is None:
-                raise SessionNotFoundError(self._key)
-            seq, head, self._size = int(row[0]), str(row[1]), int(row[2])
-            if self._stale or seq < state.seq or (seq == state.seq and head != state.head):
-                fresh = store._load_state(conn, self._key)
-                if fresh is None:
-                    raise SessionNotFoundError(self._key)
-                for name in SessionState.__struct_fields__:
-                    setattr(state, name, getattr(fresh, name))
-                self._stale = False
-            elif seq > state.seq:
-                rows = conn.execute(store._sql.after, (self._kb, state.seq), binary=True)
-                dec = LineDecoder(
-                    key=store.hash_key,
-                    prev_h=state.head,
-                    last_seq=state.seq,
-                    expect_header=False,
-                    first_line=state.seq + 2,
-                )
-                events = dec.feed(b"".join(r[0] for r in rows.fetchall()))
-                if dec.bad is not None or dec.pending:
-                    bad = dec.bad
-                    line = bad.line if bad is not None else dec.line_no + 1
-                    raise CorruptLogError(self.name, line, bad.reason if bad else "cut short")
-                for event in events:
-                    apply(state, event)
-        except Exception as exc:
-            raise translate(exc, self.name, "append", nothing_written=True) from exc
 
-    def _write(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
-        pending = self._pending
-        values = catalog_values(state)
-        full = values.preview != self._preview or any(p[3] != "message" for p in pending)
-        positions: list[int] = []
-        size = self._size
-        for p in pending:
-            positions.append(size)
-            size += len(p[2])
-        args: tuple[Any, ...] = (
-            self._kb,
-            [p[0] for p in pending],
-            positions,
-            [p[1].encode() for p in pending],
-            [p[2] for p in pending],
-            *values.hot(),
-            size,
-            *(values.full() if full else ()),
-            self._kb,
-            notify_payload(self._key, state.seq),
-        )
-        sql = self._store._sql
-        conn.execute(sql.write_full if full else sql.write_hot, args)
-        self._preview = values.preview
+def idle_ok(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    """Whether a pooled connection looks usable: open, and nothing arrived while it was idle.
+
+    A pool connection never LISTENs, so input while idle means the server ended the session
+    (a FATAL message, or EOF): using it would only fail after the statement was sent.
+    """
+    if conn.closed or conn.broken:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(conn.pgconn.socket, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
 
 
 def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -196,11 +370,15 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         conn.rollback()
 
 
-def _is_disconnect(exc: BaseException) -> bool:
+def is_disconnect(exc: BaseException, conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    """Whether ``exc`` lost the connection (so a statement in flight may have committed)."""
     import psycopg
 
-    return isinstance(exc, psycopg.OperationalError)
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    return conn.closed or conn.broken or exc.sqlstate is None or exc.sqlstate.startswith("57P")
 
 
-def _oneline(exc: BaseException) -> str:
+def oneline(exc: BaseException) -> str:
+    """An exception's message on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__

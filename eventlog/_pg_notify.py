@@ -1,10 +1,15 @@
 """Waking followers of a PostgreSQL session with LISTEN/NOTIFY instead of polling alone.
 
-Every append transaction runs ``pg_notify(channel, '[key, seq]')``, delivered when it commits.
-A :class:`NotifyWaker` holds one dedicated connection that LISTENs on the store's channel and
-returns from :meth:`~NotifyWaker.wait` as soon as a notification for its session (or one whose
-key was too long to send) arrives, else at the timeout. A waker only shortens waits: the
-follower re-reads the log either way, so a lost notification costs latency, never an event.
+An append runs ``pg_notify(channel, '[key, seq]')``, delivered when it commits, only when the
+``followers`` table names its session (or the whole store, the empty key): writers nobody
+follows pay one index probe of a tiny table, not a NOTIFY. A :class:`NotifyWaker` holds one
+dedicated connection that LISTENs on the store's channel, registers itself in ``followers``
+(keyed by its backend pid, so rows of dead followers are recognised and pruned by the next
+follower), and returns from :meth:`~NotifyWaker.wait` as soon as a notification for its
+session (or one whose key was too long to send) arrives, else at the timeout. It registers
+before the follower's first read, so an append committed after that read is notified. A waker
+only shortens waits: the follower re-reads the log either way, so a lost notification costs
+latency, never an event.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ._errors import StorageError
 if TYPE_CHECKING:
     import psycopg
 
-    from ._pg_common import PgTarget
+    from ._pg_common import PgTarget, Statements
 
 _payload = msgspec.json.Decoder(tuple[str | None, int])
 
@@ -30,15 +35,18 @@ _payload = msgspec.json.Decoder(tuple[str | None, int])
 class NotifyWaker:
     """Blocks a follower of ``key`` until an append to it commits, or the timeout passes."""
 
-    def __init__(self, target: PgTarget, channel: str, key: str) -> None:
+    def __init__(self, target: PgTarget, statements: Statements, key: str) -> None:
         from psycopg import sql
 
         self._key = key
+        self._sql = statements
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = target.connect()
         try:
             self._conn.autocommit = True
-            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(statements.channel)))
+            self._conn.execute(statements.prune_followers)
+            self._conn.execute(statements.follow, (key.encode(),))
         except Exception as exc:
             self._conn.close()
             raise StorageError(target.where, "listen", " ".join(str(exc).split())) from exc
@@ -78,6 +86,9 @@ class NotifyWaker:
                 conn.close()
 
     def close(self) -> None:
-        """Stop listening and close the connection."""
+        """Unregister, stop listening and close the connection."""
         with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):  # a dead follower's row is pruned later
+                    self._conn.execute(self._sql.unfollow, (self._key.encode(),))
             self._drop()

@@ -22,6 +22,58 @@ from ._errors import EventLogError
 if TYPE_CHECKING:
     import psycopg
 
+#: One append (or group of appends) in one statement: compare-and-set on (seq, head) of the
+#: session row, insert the lines, update the catalog columns, NOTIFY when someone follows. On a
+#: mismatch nothing is written and the caller gets what others committed after its seq (status
+#: 1: current seq, head and size, and those lines concatenated); status 2: no such session.
+#: ``p_full`` false leaves title, metadata, preview, summary and conversations as they are.
+APPEND_FUNCTION: Final = """
+CREATE OR REPLACE FUNCTION {s}.append_events(
+    p_key bytea, p_seq bigint, p_head text,
+    p_seqs bigint[], p_pos bigint[], p_ids bytea[], p_lines bytea[],
+    p_new_head text, p_size bigint, p_updated timestamptz,
+    p_messages integer, p_live bigint, p_total_messages bigint, p_total_tokens bigint,
+    p_consolidated integer, p_lifecycle text, p_end_reason text,
+    p_full boolean, p_title text, p_metadata bytea, p_preview bytea, p_summary text,
+    p_conversations bytea, p_notify text,
+    OUT status integer, OUT cur_seq bigint, OUT cur_head text, OUT cur_size bigint,
+    OUT tail bytea
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+    UPDATE {s}.sessions SET
+        seq = p_seqs[array_upper(p_seqs, 1)], head = p_new_head, size = p_size,
+        updated_at = p_updated, messages = p_messages, live_tokens = p_live,
+        total_messages = p_total_messages, total_tokens = p_total_tokens,
+        last_consolidated = p_consolidated, lifecycle = p_lifecycle, end_reason = p_end_reason,
+        title = CASE WHEN p_full THEN p_title ELSE title END,
+        metadata = CASE WHEN p_full THEN p_metadata ELSE metadata END,
+        preview = CASE WHEN p_full THEN p_preview ELSE preview END,
+        summary = CASE WHEN p_full THEN p_summary ELSE summary END,
+        conversations = CASE WHEN p_full THEN p_conversations ELSE conversations END
+    WHERE key = p_key AND seq = p_seq AND head = p_head;
+    IF FOUND THEN
+        INSERT INTO {s}.events (key, seq, pos, id, line)
+            SELECT p_key, u.* FROM unnest(p_seqs, p_pos, p_ids, p_lines) AS u;
+        IF p_notify IS NOT NULL AND EXISTS (
+            SELECT 1 FROM {s}.followers f WHERE f.key = p_key OR f.key = '\\x'::bytea
+        ) THEN
+            PERFORM pg_notify({channel}, p_notify);
+        END IF;
+        status := 0;
+        RETURN;
+    END IF;
+    SELECT s.seq, s.head, s.size INTO cur_seq, cur_head, cur_size
+        FROM {s}.sessions s WHERE s.key = p_key;
+    IF NOT FOUND THEN
+        status := 2;
+        RETURN;
+    END IF;
+    status := 1;
+    SELECT string_agg(e.line, ''::bytea ORDER BY e.seq) INTO tail
+        FROM {s}.events e WHERE e.key = p_key AND e.seq > p_seq AND e.seq <= cur_seq;
+END
+$fn$"""
+
 #: (version, what it does, SQL statements with ``{s}`` standing for the schema identifier).
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
@@ -114,6 +166,28 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         "conversations: where the current one began and the ended ones (NULL: fold to know)",
         ("ALTER TABLE {s}.sessions ADD COLUMN IF NOT EXISTS conversations bytea",),
     ),
+    (
+        5,
+        "appends in one round trip (append_events), followers, snapshot seq, events unchained "
+        "from sessions by a foreign key",
+        (
+            # The foreign key's trigger cost every append a row lookup; deletes remove the
+            # events themselves, under the session row's lock (see Statements.delete_events).
+            "ALTER TABLE {s}.events DROP CONSTRAINT IF EXISTS events_key_fkey",
+            # Who follows a session (key) or the whole store (empty key): appends NOTIFY only
+            # when a row here names them. A row left by a dead follower costs notifications,
+            # never an event; the next follower to register removes it.
+            """CREATE TABLE IF NOT EXISTS {s}.followers (
+                key bytea NOT NULL,
+                pid integer NOT NULL,
+                since timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (key, pid)
+            )""",
+            # The seq a snapshot was taken at, so opening reads snapshot and tail in one query.
+            "ALTER TABLE {s}.snapshots ADD COLUMN IF NOT EXISTS seq bigint",
+            APPEND_FUNCTION,
+        ),
+    ),
 )
 
 #: The newest schema version this code knows.
@@ -131,6 +205,11 @@ class SchemaVersionError(EventLogError):
         self.where = where
         self.found = found
         self.known = known
+
+
+def channel_name(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's appends."""
+    return f"sessionlog_{schema}"[:63]
 
 
 def schema_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
@@ -176,7 +255,10 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str, where: str) 
         for number, description, statements in MIGRATIONS:
             if number <= version:
                 continue
-            script = sql.SQL(";\n").join(sql.SQL(st).format(s=ident) for st in statements)
+            script = sql.SQL(";\n").join(
+                sql.SQL(st).format(s=ident, channel=sql.Literal(channel_name(schema)))
+                for st in statements
+            )
             conn.execute(script)  # one round trip per migration
             conn.execute(
                 sql.SQL(

@@ -3,15 +3,18 @@
 Invariants:
 - A session's log is its rows in ``events`` (header at seq 0), each holding the exact line bytes
   the file store would write; in seq order they are the JSONL log, byte for byte.
-- Every append is one transaction: lock the session row (``SELECT ... FOR UPDATE``), fold in
-  the events other writers committed since this writer last looked, run the writer's checks
-  (event id already there: no-op; ``expected_seq``: :class:`ConflictError`, nothing written),
-  insert the chained line, update the catalog columns, notify followers, commit. Sessions lock
-  independently: appends to different sessions never wait on each other.
+- An append is one statement (``append_events``, see ``_pg_io``): a compare-and-set on the
+  session row's seq and head, the insert, the catalog columns and, when somebody follows, the
+  NOTIFY, committed together. A writer that lost the race folds in what others committed and
+  stages again, so its checks (event id already there: no-op; ``expected_seq``:
+  :class:`ConflictError`, nothing written) always answer against the committed log. Appends
+  from many threads to one writer are committed in groups (``_pg_writer``).
 - ``(key, id)`` is unique, so a retried event id is written at most once even across machines.
 - A commit whose outcome is unknown (the connection dropped) raises :class:`CommitUnknownError`;
   the writer's state is rebuilt from the database on its next use, so a retry with the same
   event id returns the original seq if the first attempt committed, and appends it otherwise.
+- Opening a session is one query (snapshot and the lines from its seq on); reads are one
+  statement each on an autocommit connection; the pool hands connections to any thread.
 - Snapshots and the catalog blob use the shared view formats (``ViewStorage``), kept in tables.
 - psycopg is imported lazily: ``import eventlog`` works without it.
 """
@@ -50,10 +53,11 @@ from ._pg_common import (
     text,
     translate,
 )
-from ._pg_io import _PgIO
+from ._pg_io import _PgIO, idle_ok
 from ._pg_notify import NotifyWaker
 from ._pg_schema import migrate
-from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume
+from ._pg_writer import PgSessionWriter
+from ._snapshot import _DIGEST, _MAGIC, SnapshotError, check_anchor, decode_snapshot, resume
 from ._store import BaseStore
 from ._store_types import CutReport, OpenReport, RawSession
 from ._tokens import TokenCounter
@@ -63,6 +67,21 @@ from ._writer import Durability, SessionWriter
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
+
+
+class _SnapshotSeq(msgspec.Struct):
+    seq: int
+
+
+_snapshot_seq = msgspec.msgpack.Decoder(_SnapshotSeq)
+
+
+def snapshot_seq(data: bytes) -> int | None:
+    """The seq a snapshot was taken at (None if unreadable: opening then reads every line)."""
+    try:
+        return _snapshot_seq.decode(memoryview(data)[len(_MAGIC) : -_DIGEST]).seq
+    except (msgspec.DecodeError, ValueError):
+        return None
 
 
 @dataclass(slots=True)
@@ -143,6 +162,15 @@ class PostgresStore(BaseStore):
         if self._closed:
             raise StoreClosedError("the store is closed")
         try:
+            for _ in range(4):
+                conn = self._pool.getconn()
+                if idle_ok(conn):
+                    return conn
+                # The server ended this session while it sat in the pool: nothing was sent
+                # on it yet, so drop it and take another.
+                with contextlib.suppress(Exception):
+                    conn.close()
+                self._putconn(conn)
             return self._pool.getconn()
         except Exception as exc:
             raise translate(exc, self._where, "connect") from exc
@@ -153,6 +181,7 @@ class PostgresStore(BaseStore):
 
     @contextlib.contextmanager
     def _connection(self, action: str) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """A pooled connection inside one transaction (for work of several statements)."""
         conn = self._getconn()
         try:
             with conn.transaction():
@@ -162,40 +191,65 @@ class PostgresStore(BaseStore):
         finally:
             self._putconn(conn)
 
+    @contextlib.contextmanager
+    def _reading(self, action: str) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """A pooled connection for one statement (autocommit: no BEGIN/COMMIT round trips)."""
+        conn = self._getconn()
+        try:
+            yield conn
+        except Exception as exc:
+            raise translate(exc, self._where, action) from exc
+        finally:
+            self._putconn(conn)
+
     # -- reading on one connection -------------------------------------------------------------
 
-    def _load_state(
+    def _load_on(
         self, conn: psycopg.Connection[tuple[Any, ...]], key: str
-    ) -> SessionState | None:
-        """Fold ``key`` from its snapshot and the lines after it (or from all lines)."""
+    ) -> tuple[SessionState, int] | None:
+        """Fold ``key`` from its snapshot and the lines from its seq on, fetched in one query
+        (from every line when there is no usable snapshot); return it and the log's length."""
         kb = key.encode()
-        row = conn.execute(self._sql.snapshot, (kb,), binary=True).fetchone()
-        if row is not None:
-            try:
-                snap = decode_snapshot(row[0], key, self._hash_key)
-            except SnapshotError:
-                snap = None
-            if snap is not None:
-                rows = conn.execute(
-                    self._sql.tail, {"k": kb, "o": snap.line_start}, binary=True
-                ).fetchall()
-                _, tail = tail_bytes(rows, snap.line_start)
-                if check_anchor(snap, tail, self._hash_key) is None:
+        rows = conn.execute(self._sql.open, {"k": kb}, binary=True).fetchall()
+        if not rows:
+            return None
+        if rows[0][0] == 0:
+            lines = rows[1:]
+            if lines:
+                start, size = int(lines[0][2]), int(lines[-1][2]) + len(lines[-1][3])
+                tail = b"".join(r[3] for r in lines)
+                try:
+                    snap = decode_snapshot(rows[0][3], key, self._hash_key)
+                except SnapshotError:
+                    snap = None
+                if (
+                    snap is not None
+                    and snap.line_start == start
+                    and check_anchor(snap, tail, self._hash_key) is None
+                ):
                     decoded = resume(snap, tail, self._hash_key)
                     problem = decoded.bad or decoded.torn
                     if problem is not None:
                         raise CorruptLogError(self._describe(key), problem.line, problem.reason)
                     self._snapshot_seqs()[key] = snap.seq
-                    return fold(snap.header, decoded.events, snap.state)
-        data = self._read_on(conn, kb)
-        if data is None:
-            return None
+                    return fold(snap.header, decoded.events, snap.state), size
+            data = self._read_on(conn, kb)  # a stale or damaged snapshot: read every line
+            if data is None:
+                return None
+        else:
+            data = b"".join(r[3] for r in rows)
         decoded = self._decode(key, data)
         problem = decoded.bad or decoded.torn
         if problem is not None:
             raise CorruptLogError(self._describe(key), problem.line, problem.reason)
         assert decoded.header is not None
-        return fold(decoded.header, decoded.events)
+        return fold(decoded.header, decoded.events), len(data)
+
+    def _load_state(
+        self, conn: psycopg.Connection[tuple[Any, ...]], key: str
+    ) -> SessionState | None:
+        loaded = self._load_on(conn, key)
+        return None if loaded is None else loaded[0]
 
     def _read_on(self, conn: psycopg.Connection[tuple[Any, ...]], kb: bytes) -> bytes | None:
         rows = conn.execute(self._sql.lines, (kb,), binary=True).fetchall()
@@ -275,36 +329,76 @@ class PostgresStore(BaseStore):
     def _prepare(
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
     ) -> tuple[SessionState, OpenReport]:
-        created = False
-        with self._connection("open") as conn:
-            state = self._load_state(conn, key)
-            if state is None:
-                header = self._new_header(key, metadata)
-                line, h = encode_line(header, ZERO_HASH, self._hash_key)
-                state = initial_state(msgspec.structs.replace(header, h=h))
-                created = self._create(conn, key, state, line)
-                if not created:  # another process created it first
-                    state = self._load_state(conn, key)
-                    assert state is not None
+        state, size, created = self._open_state(key, create=True, metadata=metadata)
+        assert isinstance(raw.io, _PgIO)
+        raw.io._size = size
         return state, OpenReport(key, created=created)
 
+    def _open_state(
+        self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
+    ) -> tuple[SessionState, int, bool]:
+        """Load ``key`` (one query), creating it if absent and ``create``: state, size, created."""
+        with self._reading("open") as conn:
+            loaded = self._load_on(conn, key)
+            if loaded is not None:
+                return loaded[0], loaded[1], False
+            if not create:
+                raise SessionNotFoundError(key)
+            header = self._new_header(key, metadata)
+            line, h = encode_line(header, ZERO_HASH, self._hash_key)
+            state = initial_state(msgspec.structs.replace(header, h=h))
+            if self._create(conn, key, state, line):
+                return state, len(line), True
+            loaded = self._load_on(conn, key)  # another process created it first
+            if loaded is None:  # pragma: no cover - created and deleted in between
+                raise SessionNotFoundError(key)
+            return loaded[0], loaded[1], False
+
+    def _session(
+        self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
+    ) -> SessionWriter:
+        with self._mutex:
+            if self._closed:
+                raise StoreClosedError("the store is closed")
+            writer = self._writers.get(key)
+            if writer is not None and not writer.closed:
+                return writer
+            state, size, created = self._open_state(key, create=create, metadata=metadata)
+            writer = PgSessionWriter(
+                store=self,
+                key=key,
+                io=_PgIO(self, key, size),
+                state=state,
+                durability=self.durability,
+                hash_key=self._hash_key,
+                token_counter=self.token_counter,
+                on_close=self._forget,
+            )
+            self._writers[key] = writer
+            self._reports[key] = OpenReport(key, created=created)
+            return writer
+
     def _read_raw(self, key: str) -> bytes | None:
-        with self._connection("read") as conn:
+        with self._reading("read") as conn:
             return self._read_on(conn, key.encode())
 
     def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
-        with self._connection("quarantine") as conn:
+        with self._reading("quarantine") as conn:
             conn.execute(self._sql.quarantine, (key.encode(), reason, line, offset, data))
         return f"quarantine table, {self._describe(key)}"
 
     def _list_keys(self) -> list[str]:
-        with self._connection("list") as conn:
+        with self._reading("list") as conn:
             return [bytes(r[0]).decode() for r in conn.execute(self._sql.keys, binary=True)]
 
     def _remove(self, key: str) -> bool:
+        kb = key.encode()
         with self._connection("delete") as conn:
-            conn.execute(self._sql.unquarantine, (key.encode(),))
-            return conn.execute(self._sql.delete, (key.encode(),)).rowcount > 0
+            conn.execute(self._sql.unquarantine, (kb,))
+            if conn.execute(self._sql.lock_only, (kb,)).fetchone() is None:
+                return False
+            conn.execute(self._sql.delete_events, (kb,))
+            return conn.execute(self._sql.delete, (kb,)).rowcount > 0
 
     # -- the trash (retention cleanup) ------------------------------------------------------------
 
@@ -315,6 +409,7 @@ class PostgresStore(BaseStore):
             data = b"".join(bytes(r[0]) for r in conn.execute(self._sql.lines, (kb,), binary=True))
             conn.execute(self._sql.trash, (kb, entry_id, when, reason, data))
             conn.execute(self._sql.unquarantine, (kb,))
+            conn.execute(self._sql.delete_events, (kb,))
             conn.execute(self._sql.delete, (kb,))
         return f"{self._describe(key)} (trash {entry_id})"
 
@@ -328,11 +423,11 @@ class PostgresStore(BaseStore):
         self._purge(entry)
 
     def _purge(self, entry: TrashEntry) -> None:
-        with self._connection("purge") as conn:
+        with self._reading("purge") as conn:
             conn.execute(self._sql.trash_drop, (entry.id,))
 
     def _trash_entries(self) -> list[TrashEntry]:
-        with self._connection("trash") as conn:
+        with self._reading("trash") as conn:
             rows = conn.execute(self._sql.trash_list, binary=True).fetchall()
         return [
             TrashEntry(str(r[0]), bytes(r[1]).decode(), r[2], str(r[3]), f"{self._where} trash")
@@ -344,7 +439,7 @@ class PostgresStore(BaseStore):
     def exists(self, key: str) -> bool:
         """Whether a session with ``key`` exists."""
         kb = check_key(key).encode()
-        with self._connection("read") as conn:
+        with self._reading("read") as conn:
             return conn.execute(self._sql.exists, (kb,)).fetchone() is not None
 
     def state(self, key: str) -> SessionState:
@@ -354,7 +449,7 @@ class PostgresStore(BaseStore):
         if writer is not None and not writer.closed:
             writer.refresh()
             return writer.state
-        with self._connection("read") as conn:
+        with self._reading("read") as conn:
             state = self._load_state(conn, key)
         if state is None:
             raise SessionNotFoundError(key)
@@ -363,7 +458,7 @@ class PostgresStore(BaseStore):
     def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
         """The log's length and its bytes from ``offset`` on (only the rows from there)."""
         kb = check_key(key).encode()
-        with self._connection("read") as conn:
+        with self._reading("read") as conn:
             rows = conn.execute(self._sql.tail, {"k": kb, "o": offset}, binary=True).fetchall()
         if not rows:
             raise SessionNotFoundError(key)
@@ -376,32 +471,32 @@ class PostgresStore(BaseStore):
 
     def snapshot_bytes(self, key: str) -> bytes | None:
         """The stored snapshot of ``key``."""
-        with self._connection("read snapshot") as conn:
+        with self._reading("read snapshot") as conn:
             row = conn.execute(self._sql.snapshot, (key.encode(),), binary=True).fetchone()
         return None if row is None else bytes(row[0])
 
     def put_snapshot(self, key: str, data: bytes | None) -> None:
         """Store (or remove) the snapshot of ``key``."""
-        with self._connection("write snapshot") as conn:
+        with self._reading("write snapshot") as conn:
             if data is None:
                 conn.execute(self._sql.drop_snapshot, (key.encode(),))
             else:
-                conn.execute(self._sql.put_snapshot, (data, key.encode()))
+                conn.execute(self._sql.put_snapshot, (data, snapshot_seq(data), key.encode()))
 
     def catalog_bytes(self) -> bytes | None:
         """The stored catalog blob (the generic catalog's cache)."""
-        with self._connection("read catalog") as conn:
+        with self._reading("read catalog") as conn:
             row = conn.execute(self._sql.catalog, binary=True).fetchone()
         return None if row is None else bytes(row[0])
 
     def put_catalog(self, data: bytes) -> None:
         """Store the catalog blob."""
-        with self._connection("write catalog") as conn:
+        with self._reading("write catalog") as conn:
             conn.execute(self._sql.put_catalog, (data,))
 
     def scan_logs(self) -> list[LogStat]:
         """Every session's log length (one query; ``ino`` changes when a key is recreated)."""
-        with self._connection("list") as conn:
+        with self._reading("list") as conn:
             rows = conn.execute(self._sql.scan, binary=True).fetchall()
         return [
             LogStat(
@@ -480,20 +575,20 @@ class PostgresStore(BaseStore):
         ``projections.list_sessions`` calls this and turns the records into its rows.
         """
         query, params = catalog_query(self.schema, filter)
-        with self._connection("list") as conn:
+        with self._reading("list") as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         return [catalog_record(row) for row in rows]
 
     def committed(self, key: str, event_id: str) -> int | None:
         """The seq ``event_id`` was committed at in ``key``, or None (after an unknown outcome)."""
         kb = check_key(key).encode()
-        with self._connection("read") as conn:
+        with self._reading("read") as conn:
             row = conn.execute(self._sql.find_id, (kb, event_id.encode())).fetchone()
         return None if row is None else int(row[0])
 
     def follow_waker(self, key: str) -> NotifyWaker:
         """A waker for ``replay.follow``: returns when an append to ``key`` commits (NOTIFY)."""
-        return NotifyWaker(self.target, self._sql.channel, check_key(key))
+        return NotifyWaker(self.target, self._sql, check_key(key))
 
     @contextlib.contextmanager
     def batch(self, key: str) -> Iterator[SessionWriter]:

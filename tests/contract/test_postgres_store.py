@@ -8,10 +8,12 @@ process or machine.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -267,46 +269,88 @@ def _kill_backend(dsn: str, conn: psycopg.Connection[Any]) -> None:
         killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
 
 
-def test_connection_dropped_before_the_lock_writes_nothing(
-    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+def _pool_pid(pg: PostgresStore) -> int:
+    conn = pg._getconn()
+    try:
+        return int(conn.info.backend_pid)
+    finally:
+        pg._putconn(conn)
+
+
+def _wait_until(check: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _backend_gone(dsn: str, pid: int) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
+        return int(row.fetchone()[0]) == 0  # type: ignore[index]
+
+
+def _waiting_on_a_lock(dsn: str, pid: int) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+    return row is not None and row[0] == "Lock"
+
+
+@contextlib.contextmanager
+def _row_locked(dsn: str, schema: str, key: str) -> Iterator[None]:
+    """Hold the session row's lock from another connection for the block."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute(
+            f'SELECT 1 FROM "{schema}".sessions WHERE key = %s FOR UPDATE', (key.encode(),)
+        )
+        yield
+        holder.rollback()
+
+
+def test_a_connection_the_server_ended_while_pooled_is_replaced(
+    make_pg: StoreFactory, dsn: str
 ) -> None:
-    pg = make_pg()
+    pg = make_pg(pool_size=1)
     w = pg.session("drop:1")
     w.append_message("user", "one")
-    real = _PgIO._catch_up
-
-    def dropped(self: _PgIO, conn: psycopg.Connection[Any], state: Any) -> None:
-        _kill_backend(dsn, conn)
-        real(self, conn, state)
-
-    monkeypatch.setattr(_PgIO, "_catch_up", dropped)
-    with pytest.raises(StorageError) as info:
-        w.append_message("user", "two", id="evt-2")
-    assert not isinstance(info.value, CommitUnknownError)
-    assert "nothing was written" in str(info.value)
-    monkeypatch.setattr(_PgIO, "_catch_up", real)
-    assert pg.committed("drop:1", "evt-2") is None
+    pid = _pool_pid(pg)
+    with psycopg.connect(dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    _wait_until(lambda: _backend_gone(dsn, pid), "the backend to end")
+    # Nothing was sent on the dead connection, so this is no "unknown" outcome: it is written.
     assert w.append_message("user", "two", id="evt-2") == 2
+    assert _pool_pid(pg) != pid
     assert [e.seq for e in make_pg().load("drop:1").events] == [1, 2]
 
 
-def test_connection_dropped_before_the_write_is_unknown_then_resolved(
-    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+def test_connection_lost_while_the_append_is_in_flight_is_unknown_then_resolved(
+    make_pg: StoreFactory, dsn: str
 ) -> None:
-    pg = make_pg()
+    pg = make_pg(pool_size=1)
     w = pg.session("drop:2")
     w.append_message("user", "one")
-    real = _PgIO._write
+    before = w.state.copy()
+    pid = _pool_pid(pg)
+    errors: list[BaseException] = []
 
-    def dropped(self: _PgIO, conn: psycopg.Connection[Any], state: Any) -> None:
-        _kill_backend(dsn, conn)
-        real(self, conn, state)
+    def append() -> None:
+        try:
+            w.append_message("user", "two", id="evt-2")
+        except BaseException as exc:
+            errors.append(exc)
 
-    monkeypatch.setattr(_PgIO, "_write", dropped)
-    with pytest.raises(CommitUnknownError) as info:
-        w.append_message("user", "two", id="evt-2")
-    assert info.value.event_ids == ("evt-2",)
-    monkeypatch.setattr(_PgIO, "_write", real)
+    with _row_locked(dsn, pg.schema, "drop:2"):
+        thread = threading.Thread(target=append)
+        thread.start()
+        _wait_until(lambda: _waiting_on_a_lock(dsn, pid), "the append to wait on the row")
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        thread.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], CommitUnknownError)
+    assert errors[0].event_ids == ("evt-2",)
+    assert w.state == before  # the state does not show an event that may not exist
     assert pg.committed("drop:2", "evt-2") is None  # it did not happen...
     assert w.append_message("user", "two", id="evt-2") == 2  # ...so the retry writes it once
     assert [e.seq for e in make_pg().load("drop:2").events] == [1, 2]
@@ -318,49 +362,208 @@ def test_lost_commit_acknowledgement_is_reported_and_a_retry_is_safe(
     pg = make_pg()
     w = pg.session("ack:1")
     w.append_message("user", "one")
-    real_commit = psycopg.Connection.commit
+    real = _PgIO.execute
 
-    def commit_then_drop(conn: psycopg.Connection[Any]) -> None:
-        real_commit(conn)  # the server has it...
-        raise psycopg.OperationalError(
-            "server closed the connection unexpectedly"
-        )  # ...we don't know
+    def committed_then_lost(self: _PgIO, conn: psycopg.Connection[Any], *args: Any) -> Any:
+        monkeypatch.setattr(_PgIO, "execute", real)  # only this once
+        real(self, conn, *args)  # the server has it...
+        raise psycopg.OperationalError("server closed the connection unexpectedly")  # ...we don't
 
-    def commit_then_drop_once(conn: psycopg.Connection[Any]) -> None:
-        monkeypatch.setattr(psycopg.Connection, "commit", real_commit)
-        commit_then_drop(conn)
-
-    monkeypatch.setattr(psycopg.Connection, "commit", commit_then_drop_once)
+    monkeypatch.setattr(_PgIO, "execute", committed_then_lost)
     with pytest.raises(CommitUnknownError) as info:
         w.append_message("user", "two", id="evt-2")
-    monkeypatch.setattr(psycopg.Connection, "commit", real_commit)
     assert info.value.event_ids == ("evt-2",)
     assert info.value.durable_unknown
+    assert w.state.seq == 1  # shown only once the database says it is there
     assert pg.committed("ack:1", "evt-2") == 2
     assert w.append_message("user", "two", id="evt-2") == 2  # the retry: no duplicate
     assert w.append_message("user", "three") == 3
     assert [e.seq for e in make_pg().load("ack:1").events] == [1, 2, 3]
 
 
-def test_commit_on_a_killed_connection_is_unknown_then_resolved(
+def test_statement_on_a_killed_connection_is_unknown_then_resolved(
     make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pg = make_pg()
     w = pg.session("kill:1")
-    real_commit = psycopg.Connection.commit
+    real = _PgIO.execute
 
-    def killed(conn: psycopg.Connection[Any]) -> None:
-        monkeypatch.setattr(psycopg.Connection, "commit", real_commit)  # only this commit
+    def killed(self: _PgIO, conn: psycopg.Connection[Any], *args: Any) -> Any:
+        monkeypatch.setattr(_PgIO, "execute", real)  # only this statement
         _kill_backend(dsn, conn)
-        real_commit(conn)
+        _wait_until(lambda: _backend_gone(dsn, conn.info.backend_pid), "the backend to end")
+        return real(self, conn, *args)
 
-    monkeypatch.setattr(psycopg.Connection, "commit", killed)
+    monkeypatch.setattr(_PgIO, "execute", killed)
     with pytest.raises(CommitUnknownError):
         w.append_message("user", "maybe", id="evt-1")
-    monkeypatch.setattr(psycopg.Connection, "commit", real_commit)
-    assert pg.committed("kill:1", "evt-1") is None  # the server rolled it back
+    assert w.state.seq == 0
+    assert pg.committed("kill:1", "evt-1") is None  # the server never ran it
     assert w.append_message("user", "maybe", id="evt-1") == 1
     assert [e.id for e in make_pg().load("kill:1").events] == ["evt-1"]
+
+
+def test_a_failed_commit_leaves_no_trace_in_the_writer_state(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    from sessionledger import projections
+
+    pg = make_pg(pool_size=1)
+    w = pg.session("fail:1")
+    w.append_message("user", "kept")
+    conn = pg._getconn()
+    conn.execute("SET lock_timeout = '200ms'")  # the pool's only connection keeps it
+    pg._putconn(conn)
+    before = w.state.copy()
+    with _row_locked(dsn, pg.schema, "fail:1"):
+        with pytest.raises(StorageError) as info:
+            w.append_message("user", "rolled back")
+        assert "nothing was written" in str(info.value)
+        assert not isinstance(info.value, CommitUnknownError)
+        with pytest.raises(StorageError), pg.batch("fail:1") as bw:
+            bw.append_message("user", "rolled back too")
+    assert w.state == before
+    assert [m["content"] for m in projections.history(w.state)] == ["kept"]
+    assert w.append_message("user", "next") == 2
+    assert [m.message["content"] for m in make_pg().state("fail:1").messages] == ["kept", "next"]
+
+
+# -- one round trip, group commit -------------------------------------------------------------
+
+
+class _RoundTrips:
+    """Counts waits on the server (psycopg's ``Connection.wait``) on this thread."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = psycopg.Connection.wait
+        me = threading.get_ident()
+
+        def wait(conn: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == me:
+                self.count += 1
+            return real(conn, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "wait", wait)
+
+    def __call__(self, fn: Any) -> int:
+        self.count = 0
+        fn()
+        return self.count
+
+
+def test_the_common_operations_take_one_round_trip(
+    make_pg: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionledger import projections
+
+    pg, other = make_pg(), make_pg()
+    w = pg.session("rt:1")
+    w.append_message("user", "warm up the pool")
+    pg.write_snapshot("rt:1")
+    w.close()
+    trips = _RoundTrips(monkeypatch)
+    assert trips(lambda: pg.session("rt:1")) == 1  # snapshot and tail in one query
+    w = pg.session("rt:1")
+    for n in range(8):  # psycopg prepares the statement on its 5th run: still one trip
+        assert trips(lambda n=n: w.append_message("user", f"m{n}")) == 1
+    assert trips(lambda: w.append_message("user", "with id", id="x-1")) == 1
+    assert trips(lambda: w.append_message("user", "with id", id="x-1")) == 0  # known retry
+    assert trips(lambda: projections.list_sessions(pg)) == 1
+    assert trips(lambda: pg.state("rt:1")) == 1
+    assert trips(lambda: pg.exists("rt:1")) == 1
+    other.session("rt:1").append_message("user", "from another store")
+    # Another store moved the session: the statement says so and brings its lines; again.
+    assert trips(lambda: w.append_message("assistant", "after it")) == 2
+    assert [m.message["content"] for m in w.state.messages][-2:] == [
+        "from another store",
+        "after it",
+    ]
+    with pg.batch("rt:1") as bw:  # a batch: BEGIN + lock, then the write + COMMIT
+        assert trips(lambda: bw.append_message("user", "in a batch")) == 0
+    assert make_pg().state("rt:1") == w.state
+
+
+def _queued(writer: Any, n: int) -> bool:
+    return len(writer._queue) >= n
+
+
+def test_appends_arriving_during_a_commit_share_the_next_one(
+    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg = make_pg()
+    w = pg.session("gc:1")
+    w.append_message("user", "zero")
+    statements: list[int] = []
+    real = _PgIO.execute
+
+    def counted(self: _PgIO, conn: psycopg.Connection[Any], query: Any, args: Any) -> Any:
+        statements.append(1 if isinstance(args[3], int) else len(args[3]))
+        return real(self, conn, query, args)
+
+    monkeypatch.setattr(_PgIO, "execute", counted)
+    results: dict[str, Any] = {}
+
+    def append(name: str, **kwargs: Any) -> None:
+        try:
+            results[name] = w.append_message("user", name, **kwargs)
+        except BaseException as exc:
+            results[name] = exc
+
+    threads = []
+    with _row_locked(dsn, pg.schema, "gc:1"):  # the first commit waits: the rest queue up
+        threads.append(threading.Thread(target=append, args=("first",)))
+        threads[0].start()
+        _wait_until(lambda: statements == [1], "the first statement")
+        plan: list[tuple[str, dict[str, Any]]] = [
+            ("a", {"expected_seq": 2}),  # follows "first"
+            ("b", {"expected_seq": 2}),  # lost to "a": ConflictError, alone
+            ("c", {"id": "evt-c"}),
+            ("d", {"id": "evt-c"}),  # a retry of c's id in the same group: c's seq
+            ("e", {}),
+        ]
+        for n, (name, kwargs) in enumerate(plan, start=1):
+            thread = threading.Thread(target=append, args=(name,), kwargs=kwargs)
+            threads.append(thread)
+            thread.start()
+            _wait_until(lambda n=n: _queued(w, n), f"{name} to queue")
+    for thread in threads:
+        thread.join(10)
+    assert statements == [1, 3]  # one statement for the first, one for the group after it
+    assert results["first"] == 2
+    assert (results["a"], results["c"], results["d"], results["e"]) == (3, 4, 4, 5)
+    assert isinstance(results["b"], ConflictError)
+    assert (results["b"].expected, results["b"].actual) == (2, 3)
+    loaded = make_pg().load("gc:1")
+    assert [e.message["content"] for e in loaded.events] == ["zero", "first", "a", "c", "e"]  # type: ignore[union-attr]
+    assert loaded.state == w.state
+
+
+def test_many_threads_on_one_writer_and_another_store_never_leave_a_gap(
+    make_pg: StoreFactory,
+) -> None:
+    pg, other = make_pg(), make_pg()
+    w, o = pg.session("gc:2"), other.session("gc:2")
+    errors: list[BaseException] = []
+
+    def work(writer: Any, tag: str) -> None:
+        try:
+            for i in range(30):
+                writer.append_message("user", f"{tag}-{i}", id=f"{tag}-{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w, f"t{n}")) for n in range(6)]
+    threads += [threading.Thread(target=work, args=(o, f"o{n}")) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    loaded = make_pg().load("gc:2")
+    assert [e.seq for e in loaded.events] == list(range(1, 241))
+    assert len({e.id for e in loaded.events}) == 240
+    assert pg.state("gc:2") == other.state("gc:2") == loaded.state
 
 
 def test_server_down_is_a_clear_error_naming_host_and_port(schema: str) -> None:
@@ -484,14 +687,39 @@ def test_cut_moves_the_tail_to_quarantine(make_pg: StoreFactory) -> None:
     assert pg.session("telegram:42").append_message("user", "again") == 2
 
 
-def test_appends_notify_listeners(make_pg: StoreFactory, dsn: str) -> None:
+def test_appends_notify_only_when_somebody_follows(make_pg: StoreFactory, dsn: str) -> None:
     pg = make_pg()
     w = pg.session("n:1")
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute(f'LISTEN "{pg._sql.channel}"')
+        w.append_message("user", "nobody follows")
+        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+        waker = pg.follow_waker("n:1")  # registers itself as a follower of n:1
         w.append_message("user", "ping")
         got = next(listener.notifies(timeout=5, stop_after=1))
-    assert msgspec.json.decode(got.payload) == ["n:1", 1]
+        assert msgspec.json.decode(got.payload) == ["n:1", 2]
+        pg.session("n:2").append_message("user", "another session")
+        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+        waker.close()  # unregisters
+        w.append_message("user", "nobody again")
+        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(f'SELECT count(*) FROM "{pg.schema}".followers').fetchone()
+    assert rows == (0,)
+
+
+def test_a_dead_followers_row_is_pruned(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg()
+    pg.session("n:3")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{pg.schema}".followers (key, pid) VALUES (%s, 0)', (b"n:3",)
+        )  # pid 0 is no backend: a follower that died without unregistering
+    waker = pg.follow_waker("n:3")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pids = conn.execute(f'SELECT pid FROM "{pg.schema}".followers').fetchall()
+    assert len(pids) == 1 and pids[0][0] != 0
+    waker.close()
 
 
 def test_decoded_export_has_the_header_first(make_pg: StoreFactory) -> None:

@@ -1,0 +1,277 @@
+"""The PostgreSQL session writer: one round trip per append, group commit within a writer.
+
+Invariants:
+- Appends from many threads to one writer are committed in groups: while one group's statement
+  is in flight, the appends that arrive queue up, and the next leader stages and sends them all
+  in one statement (one transaction). Every append keeps its own guarantees: ``expected_seq``
+  and event ids are checked in arrival order against the state that its predecessors in the
+  group produced, a failed check fails only that append, and each append returns once the
+  transaction holding its event has committed.
+- Staging folds events into the writer's state before the commit; a group that is not
+  committed is undone (``Undo``) before anyone sees the state again. A mismatch on the session
+  row (another store committed first) folds in those commits and stages the whole group again,
+  so a check is only ever answered against the committed log.
+- A statement whose outcome is unknown fails every append of its group with
+  :class:`CommitUnknownError` naming that append's own event id.
+- Inside ``store.batch(key)`` on the thread that opened it, appends join that transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ._errors import EventLogError, SessionNotFoundError, StorageError
+from ._events import MessageAppended
+from ._fold import apply
+from ._pg_common import translate
+from ._pg_io import CommitUnknownError, Pending, Undo, _PgIO, is_disconnect, oneline
+from ._writeapi import Draft, Staged, stage
+from ._writer import SessionWriter
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ._postgres import PostgresStore
+
+#: Mismatches in a row before a group takes the session row's lock instead of racing again.
+_OPTIMISTIC_TRIES = 3
+
+
+class _Ticket:
+    """One append waiting in a group: its request, then its seq or its error."""
+
+    __slots__ = ("done", "draft", "error", "event_id", "expected_seq", "seq")
+
+    def __init__(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> None:
+        self.draft = draft
+        self.expected_seq = expected_seq
+        self.event_id = event_id
+        self.seq = 0
+        self.error: BaseException | None = None
+        self.done = False
+
+    def result(self) -> int:
+        if self.error is not None:
+            raise self.error
+        return self.seq
+
+
+class PgSessionWriter(SessionWriter):
+    """A :class:`SessionWriter` whose appends are one statement each, committed in groups."""
+
+    _io: _PgIO
+
+    def __init__(self, *, store: PostgresStore, io: _PgIO, **kwargs: Any) -> None:
+        super().__init__(io=io, **kwargs)
+        self._store = store
+        self._queue: list[_Ticket] = []
+        self._leading = False
+        self._group = threading.Condition(threading.Lock())
+
+    def refresh(self) -> int:
+        """Fold in events other writers committed (one query, no lock); return the last seq."""
+        with self._lock:
+            self._check_open()
+            self._with_conn("refresh", lambda conn: self._io.refresh(conn, self._state))
+            return self._state.seq
+
+    def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        if self._io.in_transaction():  # store.batch() on this thread: join its transaction
+            return super()._submit(draft, expected_seq, event_id)
+        self._check_open()
+        ticket = _Ticket(draft, expected_seq, event_id)
+        group = self._group
+        with group:
+            self._queue.append(ticket)
+            while self._leading and not ticket.done:
+                group.wait()
+            if ticket.done:
+                return ticket.result()
+            self._leading = True
+            batch, self._queue = self._queue, []
+        try:
+            self._commit_group(batch)
+        finally:
+            for t in batch:  # never leave an append waiting on a group that is over
+                if not t.done:
+                    t.error = t.error or StorageError(self._io.name, "append", "interrupted")
+                    t.done = True
+            with group:
+                self._leading = False
+                group.notify_all()
+        return ticket.result()
+
+    # -- one group -------------------------------------------------------------------------
+
+    def _with_conn(self, action: str, body: Any) -> Any:
+        conn = self._store._getconn()
+        try:
+            return body(conn)
+        except EventLogError:
+            raise
+        except Exception as exc:
+            raise translate(exc, self._io.name, action) from exc
+        finally:
+            self._store._putconn(conn)
+
+    def _commit_group(self, batch: list[_Ticket]) -> None:
+        with self._lock:
+            try:
+                self._check_open()
+                conn = self._store._getconn()
+            except EventLogError as exc:
+                _finish(batch, exc)
+                return
+            try:
+                self._run_group(conn, batch)
+            except _Abandon:
+                pass
+            finally:
+                self._store._putconn(conn)
+
+    def _run_group(self, conn: psycopg.Connection[tuple[Any, ...]], batch: list[_Ticket]) -> None:
+        io, state = self._io, self._state
+        tries = 0
+        checked = False
+        while True:
+            if io.stale:
+                self._guard(batch, lambda: io.reload(conn, state))
+            undo = Undo(state)
+            base_seq, base_head = state.seq, state.head
+            results: list[int | BaseException] = []
+            staged: list[tuple[_Ticket, Staged]] = []
+            for t in batch:
+                try:
+                    got = stage(
+                        state,
+                        t.draft,
+                        key=self.key,
+                        hash_key=self._hash_key,
+                        expected_seq=t.expected_seq,
+                        event_id=t.event_id,
+                    )
+                except EventLogError as exc:  # this append only: ConflictError, invalid
+                    results.append(exc)
+                    continue
+                results.append(got if isinstance(got, int) else got.event.seq)
+                if isinstance(got, Staged):
+                    undo.before(state, _tag(got.event), got.event.id)
+                    apply(state, got.event)
+                    staged.append((t, got))
+            if not checked and any(isinstance(r, EventLogError) for r in results):
+                # A check failed against what this writer last saw; others may have moved the
+                # session since (expected_seq, upto ...): answer it against the log as it is.
+                undo.undo(state)
+                checked = True
+                self._guard(batch, lambda: io.refresh(conn, state))
+                continue
+            if not staged:
+                break
+            pending = [Pending(s.event.seq, s.event.id, s.line, _tag(s.event)) for _, s in staged]
+            try:
+                outcome = io.send(conn, base_seq, base_head, pending, state)
+            except BaseException as exc:
+                undo.undo(state)
+                if is_disconnect(exc, conn):
+                    io.stale = True
+                    self._unknown(batch, results, staged, base_seq, exc)
+                    return
+                if _is_unique_violation(exc) and tries < _OPTIMISTIC_TRIES:
+                    io.stale = True  # an id in the log the state did not know: start over
+                    tries += 1
+                    continue
+                _finish(batch, translate(exc, io.name, "append", nothing_written=True))
+                return
+            if outcome.status == 0:
+                self._commit.wrote(state.seq)
+                self._commit.confirm(state.seq)
+                if self._on_append is not None:
+                    for _, s in staged:
+                        self._on_append(self, s.event)
+                break
+            undo.undo(state)
+            if outcome.status == 2:
+                _finish(batch, SessionNotFoundError(self.key))
+                return
+            self._guard(batch, lambda out=outcome: io.absorb(conn, state, out))
+            checked = True
+            tries += 1
+            if tries >= _OPTIMISTIC_TRIES:
+                self._locked_group(conn, batch)
+                return
+        for t, r in zip(batch, results, strict=True):
+            if isinstance(r, BaseException):
+                t.error = r
+            else:
+                t.seq = r
+            t.done = True
+
+    def _unknown(
+        self,
+        batch: list[_Ticket],
+        results: list[int | BaseException],
+        staged: list[tuple[_Ticket, Staged]],
+        base_seq: int,
+        exc: BaseException,
+    ) -> None:
+        """The group's statement may or may not have committed: say so to each append."""
+        cause = oneline(exc)
+        sent = {id(t): s.event.id for t, s in staged}
+        for t, r in zip(batch, results, strict=True):
+            if id(t) in sent:
+                t.error = CommitUnknownError(self._io.name, cause, event_ids=[sent[id(t)]])
+            elif isinstance(r, BaseException):
+                t.error = r  # failed its own checks: nothing of it was sent
+            elif r <= base_seq:
+                t.seq = r  # a retry of an id committed before this group
+            else:  # a retry of an id staged in this very group
+                t.error = CommitUnknownError(self._io.name, cause, event_ids=[t.event_id or "?"])
+            t.done = True
+
+    def _guard(self, batch: list[_Ticket], body: Any) -> None:
+        try:
+            body()
+        except BaseException as exc:
+            _finish(batch, translate(exc, self._io.name, "append", nothing_written=True))
+            raise _Abandon from exc
+
+    def _locked_group(
+        self, conn: psycopg.Connection[tuple[Any, ...]], batch: list[_Ticket]
+    ) -> None:
+        """Under heavy contention from other stores: one transaction holding the row lock."""
+        try:
+            with self._io.transaction(self._state, conn):
+                for t in batch:
+                    try:
+                        t.seq = SessionWriter._submit(self, t.draft, t.expected_seq, t.event_id)
+                    except EventLogError as exc:
+                        t.error = exc
+        except BaseException as exc:
+            for t in batch:
+                if t.error is None:
+                    t.error = exc
+        for t in batch:
+            t.done = True
+
+
+class _Abandon(Exception):
+    """The group could not be staged (its appends hold the error)."""
+
+
+def _finish(batch: list[_Ticket], error: BaseException) -> None:
+    """Fail every append of ``batch`` not answered yet with ``error``."""
+    for t in batch:
+        if not t.done:
+            t.error = error
+            t.done = True
+
+
+def _tag(event: Any) -> str:
+    return "message" if isinstance(event, MessageAppended) else str(event.__struct_config__.tag)
+
+
+def _is_unique_violation(exc: BaseException) -> bool:
+    import psycopg.errors
+
+    return isinstance(exc, psycopg.errors.UniqueViolation)
