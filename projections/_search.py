@@ -26,7 +26,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
@@ -45,6 +45,9 @@ from ._sdk_items import sdk_item
 
 #: Sessions caught up per transaction.
 BATCH: Final = 256
+#: Order ``relevance`` ranks the newest this many matches (bounded time at any index size).
+RELEVANCE_WINDOW: Final = 2_000
+SearchOrder = Literal["relevance", "recent"]
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -93,6 +96,7 @@ class SearchQuery(msgspec.Struct, frozen=True, kw_only=True):
     since: datetime | None = None
     until: datetime | None = None
     limit: int = 20
+    order: SearchOrder = "relevance"
 
 
 #: (key, mark read before, new mark, docs, read from the start).
@@ -296,13 +300,17 @@ def search(
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = 20,
+    order: SearchOrder = "relevance",
     refresh: bool = True,
 ) -> list[SearchHit]:
     """Messages of every session that contain all the words of ``query``, best first.
 
     ``prefix`` and ``channel`` select sessions (by key, as :func:`list_sessions` does), ``role``
-    the speaker, ``since`` / ``until`` the message time (inclusive / exclusive). The index is
-    caught up first unless ``refresh`` is False (then it answers from what it holds).
+    the speaker, ``since`` / ``until`` the message time (inclusive / exclusive). ``order``
+    ``relevance`` ranks the newest :data:`RELEVANCE_WINDOW` matches by score (older matches are
+    reached by narrowing: ``until``, filters, more words); ``recent`` gives the newest matches
+    first (newest as indexed: each catch-up adds its messages in time order). The index is caught up first unless ``refresh`` is False (then it answers from what
+    it holds).
 
     Raises:
         InvalidEventError: a query with no word, or a bad limit.
@@ -314,6 +322,8 @@ def search(
         raise InvalidEventError(f"the query {query!r} has no word to search for")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidEventError(f"limit must be an integer >= 1, not {limit!r}")
+    if order not in ("relevance", "recent"):
+        raise InvalidEventError(f"order must be relevance or recent, not {order!r}")
     for name, value in (("since", since), ("until", until)):
         if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
             raise InvalidEventError(f"{name} must be an aware datetime, not {value!r}")
@@ -327,5 +337,6 @@ def search(
         since=since,
         until=until,
         limit=limit,
+        order=order,
     )
     return _backend(store).query(ask)

@@ -23,7 +23,7 @@ import msgspec
 
 from sessionledger.eventlog import BaseStore, StorageError
 
-from ._search import Mark, SearchHit, SearchQuery, Update
+from ._search import RELEVANCE_WINDOW, Mark, SearchHit, SearchQuery, Update
 from ._search_sqlite import channel_of
 
 if TYPE_CHECKING:
@@ -215,14 +215,18 @@ class PgBackend:
         if query.until is not None:
             where.append("ts < %s")
             params.append(query.until)
-        params.append(query.limit)
+        params += [RELEVANCE_WINDOW if query.order == "relevance" else query.limit, query.limit]
+        # The newest matches first (bounded), then ranked when asked: bounded time at any size.
         sql = (
-            "SELECT key, conversation, seq, role, ts, ts_headline('simple', body, q, "
-            "'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=1, "
-            "FragmentDelimiter=\u2026'), ts_rank(tsv, q) AS score "
+            "WITH m AS (SELECT key, conversation, seq, role, ts, body, tsv, q "
             "FROM {s}.search_docs, plainto_tsquery('simple', %s) AS q WHERE "
             + " AND ".join(where)
-            + " ORDER BY score DESC, key, seq LIMIT %s"
+            + " ORDER BY ts DESC, key, seq LIMIT %s) "
+            "SELECT key, conversation, seq, role, ts, ts_headline('simple', body, q, "
+            "'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=1, "
+            "FragmentDelimiter=\u2026'), ts_rank(tsv, q) AS score FROM m ORDER BY "
+            + ("score DESC, ts DESC" if query.order == "relevance" else "ts DESC")
+            + ", key, seq LIMIT %s"
         )
         with self._lock:
             try:

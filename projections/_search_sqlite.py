@@ -27,7 +27,7 @@ import msgspec
 from sessionledger.eventlog import BaseStore, StorageError
 
 from ._catalog import catalog_rows
-from ._search import Doc, Mark, SearchHit, SearchQuery, Update
+from ._search import RELEVANCE_WINDOW, Doc, Mark, SearchHit, SearchQuery, Update
 
 FILE_NAME: Final = ".search.sqlite3"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -50,6 +50,10 @@ def channel_of(key: str) -> str | None:
     if len(parts) < 2 or not all(parts):
         return None
     return parts[0] if len(parts) == 2 else parts[1]
+
+
+def _doc_time(item: tuple[str, Doc]) -> datetime:
+    return item[1].ts
 
 
 def _micros(ts: datetime) -> int:
@@ -155,6 +159,7 @@ class SqliteBackend:
             known = self._known_marks()
             try:
                 db.execute("BEGIN IMMEDIATE")
+                todo: list[tuple[str, Doc]] = []
                 for key, before, after, docs, fresh in updates:
                     row = db.execute("SELECT mark FROM marks WHERE key = ?", (key,)).fetchone()
                     now = None if row is None else _decode_mark(row[0])
@@ -162,11 +167,15 @@ class SqliteBackend:
                         continue  # another process caught this session up meanwhile
                     if fresh:
                         self._delete(db, key)
-                    self._insert(db, key, docs)
+                    todo.extend((key, doc) for doc in docs)
                     db.execute(
                         "INSERT OR REPLACE INTO marks (key, mark) VALUES (?, ?)",
                         (key, _encode(after)),
                     )
+                # In time order, so that rowid order is (about) time order: "recent" and the
+                # relevance window read the newest matches by rowid, which costs nothing.
+                todo.sort(key=_doc_time)
+                self._insert(db, todo)
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback(db)
@@ -189,13 +198,12 @@ class SqliteBackend:
         db.execute("DELETE FROM docs WHERE key = ?", (key,))
 
     @staticmethod
-    def _insert(db: sqlite3.Connection, key: str, docs: list[Doc]) -> None:
-        channel = channel_of(key)
-        for doc in docs:
+    def _insert(db: sqlite3.Connection, docs: list[tuple[str, Doc]]) -> None:
+        for key, doc in docs:
             cur = db.execute(
                 "INSERT INTO docs (key, channel, conversation, seq, role, ts) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (key, channel, doc.conversation, doc.seq, doc.role, _micros(doc.ts)),
+                (key, channel_of(key), doc.conversation, doc.seq, doc.role, _micros(doc.ts)),
             )
             db.execute("INSERT INTO fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, doc.text))
 
@@ -234,17 +242,28 @@ class SqliteBackend:
         if query.until is not None:
             where.append("d.ts < ?")
             params.append(_micros(query.until))
-        params.append(query.limit)
+        cond = " AND ".join(where)
+        base = "FROM fts JOIN docs d ON d.id = fts.rowid WHERE " + cond
+        order = "fts.rowid DESC" if query.order == "recent" else "bm25(fts)"
         sql = (
             "SELECT d.key, d.conversation, d.seq, d.role, d.ts, "
             "snippet(fts, 0, '[', ']', '\u2026', 12), bm25(fts) "
-            "FROM fts JOIN docs d ON d.id = fts.rowid WHERE "
-            + " AND ".join(where)
-            + " ORDER BY bm25(fts) LIMIT ?"
+            + base
+            + f" ORDER BY {order} LIMIT ?"
         )
         with self._lock:
             try:
-                rows = self._db().execute(sql, params).fetchall()
+                db = self._db()
+                if query.order == "relevance":
+                    # Rank only the newest RELEVANCE_WINDOW matches: bounded time at any size.
+                    edge = db.execute(
+                        "SELECT fts.rowid " + base + " ORDER BY fts.rowid DESC LIMIT 1 OFFSET ?",
+                        [*params, RELEVANCE_WINDOW - 1],
+                    ).fetchone()
+                    if edge is not None:
+                        sql = sql.replace(" WHERE ", " WHERE fts.rowid >= ? AND ", 1)
+                        params = [edge[0], *params]
+                rows = db.execute(sql, [*params, query.limit]).fetchall()
             except sqlite3.Error as exc:
                 raise StorageError(self._where(), "search", str(exc)) from exc
         return [

@@ -209,3 +209,18 @@ def test_index_files_are_not_logs(tmp_path: Path) -> None:
         assert store.keys() == ["k"]
         assert replay.verify(store).ok
         assert (tmp_path / "s" / ".search.sqlite3").stat().st_mode & 0o077 == 0
+
+
+def test_orders_and_the_relevance_window(store: BaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fill(store)
+    recent = search(store, "kyoto", order="recent")
+    assert [(h.key, h.seq) for h in recent][0] == ("agent:slack:7", 1)  # indexed last
+    assert len(recent) == 3
+    from sessionledger.projections import _search_pg, _search_sqlite
+
+    monkeypatch.setattr(_search_sqlite, "RELEVANCE_WINDOW", 1)
+    monkeypatch.setattr(_search_pg, "RELEVANCE_WINDOW", 1)
+    assert [(h.key, h.seq) for h in search(store, "kyoto")] == [("agent:slack:7", 1)]
+    assert len(search(store, "kyoto", until=recent[0].ts)) == 1  # narrowing reaches older ones
+    with pytest.raises(InvalidEventError, match="order"):
+        search(store, "kyoto", order="size")  # type: ignore[arg-type]

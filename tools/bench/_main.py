@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import _adapters, _async, _read, _replay, _write  # noqa: F401  (they register their benchmarks)
+from . import _adapters, _async, _conversations, _read, _replay, _write  # noqa: F401  (they register their benchmarks)
 from ._core import REGISTRY, Context, Row, load_nanobot, machine
 from ._report import machine_line, markdown, table
 
