@@ -45,6 +45,7 @@ from sessionledger.eventlog import BaseStore, InvalidEventError, LogStat
 from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_catalog, replace_rows
 from ._catalog_log import read_entry
 from ._catalog_row import SessionInfo
+from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, infos_from_records
 
 Order = Literal["updated", "created", "key"]
@@ -122,6 +123,15 @@ def list_sessions(
     if isinstance(store, CatalogQuery):
         return store.query_catalog(query)
     return select(_refresh(store, rebuild=False).rows, query)
+
+
+def catalog_conversations(
+    store: BaseStore,
+) -> tuple[list[SessionInfo], dict[str, tuple[ConversationInfo, ...]]]:
+    """Every session's row and the ended conversations of each (by key), brought up to date."""
+    cat = _refresh(store, rebuild=False)
+    ended = {e.key: e.ended for e in cat.entries().values() if e.key is not None and e.ended}
+    return cat.rows, ended
 
 
 def catalog_rows(store: BaseStore) -> list[SessionInfo]:
@@ -355,10 +365,10 @@ def _apply(
             if entry is not None:
                 gone.append(entry)
             continue
-        new_entry, info = got
+        new_entry, row = got
         fresh.append(new_entry)
-        if info is not None:
-            rows.append(info)
+        if row is not None:
+            rows.append(row.info)
     # Everything is read: now change the catalog (an error above leaves it as it was).
     slot_of = store.log_slot
     dropped = {e.name for e in gone}

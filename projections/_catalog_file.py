@@ -10,6 +10,8 @@ Invariants:
 - Listing order is newest-updated first, ties by key ascending; every function here keeps it.
 - An entry's row is the row whose ``key`` it names; an entry with no key is a file that is not a
   readable log of the store (it is remembered so that it is not read again while unchanged).
+- A session's ended conversations live in its entry, not its row: listing sessions never
+  decodes them; listing conversations decodes the entries.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Final
 import msgspec
 
 from ._catalog_row import Row, SessionInfo
+from ._conversation_row import ConversationInfo
 
 CATALOG_FORMAT: Final = "sessionlog-catalog"
-CATALOG_VERSION: Final = 3
+CATALOG_VERSION: Final = 4
 
 
 class Entry(msgspec.Struct, array_like=True, gc=False):
@@ -38,10 +41,18 @@ class Entry(msgspec.Struct, array_like=True, gc=False):
     preview_role: int = 0
     meta_summary: str | None = None
     compaction_summary: str | None = None
+    ended: tuple[ConversationInfo, ...] = ()
 
     def row(self, info: SessionInfo) -> Row:
         """This entry's row, given its info."""
-        return Row(info, self.offset, self.preview_role, self.meta_summary, self.compaction_summary)
+        return Row(
+            info,
+            self.offset,
+            self.preview_role,
+            self.meta_summary,
+            self.compaction_summary,
+            self.ended,
+        )
 
 
 def entry_of(name: str, size: int, ino: int, mtime_ns: int, row: Row | None) -> Entry:
@@ -58,6 +69,7 @@ def entry_of(name: str, size: int, ino: int, mtime_ns: int, row: Row | None) -> 
         row.preview_role,
         row.meta_summary,
         row.compaction_summary,
+        row.ended,
     )
 
 

@@ -28,14 +28,12 @@ from sessionledger.eventlog import (
 )
 
 from ._catalog_file import Entry, entry_of
-from ._catalog_row import Row, SessionInfo, advance, chains_from, last_hash, row_from_state
+from ._catalog_row import Row, advance, chains_from, last_hash, row_from_state
 
 _decode_header = msgspec.json.Decoder(Header).decode
 
 
-def read_entry(
-    store: BaseStore, st: LogStat, row: Row | None
-) -> tuple[Entry, SessionInfo | None] | None:
+def read_entry(store: BaseStore, st: LogStat, row: Row | None) -> tuple[Entry, Row | None] | None:
     """The entry and row of a changed log, from ``row`` (its last row) when it still applies.
 
     Pass ``row`` only when the log is the file it was read from (same identity). None: the log
@@ -44,7 +42,7 @@ def read_entry(
     new = _advance(store, st, row) if row is not None else None
     if new is None:
         return _read_whole(store, st)
-    return entry_of(st.name, st.size, st.ino, st.mtime_ns, new), new.info
+    return entry_of(st.name, st.size, st.ino, st.mtime_ns, new), new
 
 
 def _advance(store: BaseStore, st: LogStat, row: Row) -> Row | None:
@@ -60,7 +58,7 @@ def _advance(store: BaseStore, st: LogStat, row: Row) -> Row | None:
     return row if head is None else advance(row, data, row.offset, head)
 
 
-def _read_whole(store: BaseStore, st: LogStat) -> tuple[Entry, SessionInfo | None] | None:
+def _read_whole(store: BaseStore, st: LogStat) -> tuple[Entry, Row | None] | None:
     got = store.read_log(st.name, 0)
     if got is None:
         return None
@@ -77,7 +75,7 @@ def _read_whole(store: BaseStore, st: LogStat) -> tuple[Entry, SessionInfo | Non
         row = _folded_row(store, header.key)
         if row is None:
             return None
-    return entry_of(st.name, st.size, st.ino, st.mtime_ns, row), row.info
+    return entry_of(st.name, st.size, st.ino, st.mtime_ns, row), row
 
 
 def _header_of(store: BaseStore, name: str, data: bytes) -> Header | None:

@@ -70,8 +70,8 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     #: and the ``start_seq`` of the ended conversation it resumed, if any.
     conversation_start: int = 0
     resumed_from: int | None = None
-    #: The conversations that ended in this session's log (``/new``, reset), oldest first.
-    ended: tuple[ConversationInfo, ...] = ()
+    #: How many conversations ended in this session's log (``/new``, reset).
+    ended: int = 0
 
 
 class Row(msgspec.Struct, array_like=True, gc=False):
@@ -83,6 +83,9 @@ class Row(msgspec.Struct, array_like=True, gc=False):
     preview_role: int = NO_PREVIEW
     meta_summary: str | None = None
     compaction_summary: str | None = None
+    #: The conversations that ended in the log, oldest first (kept beside the rows, so a
+    #: listing of sessions never decodes them).
+    ended: tuple[ConversationInfo, ...] = ()
 
 
 class _MessagePeek(msgspec.Struct):
@@ -160,9 +163,10 @@ def row_from_state(state: SessionState, offset: int) -> Row:
         head=state.head,
         conversation_start=state.conversation_start,
         resumed_from=state.resumed_from,
-        ended=ended_rows(state.key, state.created_at, state.ended),
+        ended=len(state.ended),
     )
-    return Row(info, offset, role, meta_summary, compaction)
+    ended = ended_rows(state.key, state.created_at, state.ended)
+    return Row(info, offset, role, meta_summary, compaction, ended)
 
 
 def _consider(message: Any, preview: str, role: int) -> tuple[str, int]:
@@ -197,7 +201,7 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
     title, tags, state = info.title, info.tags, info.state
     meta_summary, compaction = row.meta_summary, row.compaction_summary
     updated = info.updated_at
-    start, resumed, ended = info.conversation_start, info.resumed_from, info.ended
+    start, resumed, ended = info.conversation_start, info.resumed_from, row.ended
     lines: list[bytes] | None = None
     for index, peek in enumerate(peeks):
         seq += 1
@@ -294,6 +298,6 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
         head=head,
         conversation_start=start,
         resumed_from=resumed,
-        ended=ended,
+        ended=len(ended),
     )
-    return Row(new_info, offset + end, role, meta_summary, compaction)
+    return Row(new_info, offset + end, role, meta_summary, compaction, ended)

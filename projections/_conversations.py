@@ -1,8 +1,9 @@
 """Conversations as first-class rows: every conversation of every session, from the catalog.
 
 Rules:
-- The rows come from the session catalog (each session row carries its ended conversations),
-  never from a log scan: the cost is a listing's, plus one pass over the conversations.
+- The rows come from the session catalog (its entries keep each session's ended conversations
+  beside its row), never from a log scan: the cost is a listing's, plus one pass over the
+  conversations.
 - Order ``updated`` (default) is newest activity first (an ended conversation's activity is when
   it ended), ties by key, then newest start first; ``started`` is newest start first; ``key`` is
   by key, then oldest start first. Filters, then offset and limit, as :func:`list_sessions` does.
@@ -22,17 +23,20 @@ from typing import Final, Literal
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
 
-from ._catalog import CatalogFilter, CatalogQuery, _refresh, select
+from ._catalog import CatalogFilter, CatalogQuery, _refresh, catalog_conversations, select
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
-from ._pg_catalog import CatalogRecords, infos_from_records
+from ._pg_catalog import CatalogRecords, ended_of_record, infos_from_records
 
 ConversationOrder = Literal["updated", "started", "key"]
 CONVERSATION_ORDERS: Final = ("updated", "started", "key")
 
 
-def current_row(info: SessionInfo) -> ConversationInfo:
-    """The row of a session's current conversation."""
+Ended = dict[str, tuple[ConversationInfo, ...]]
+
+
+def current_row(info: SessionInfo, ended: tuple[ConversationInfo, ...] = ()) -> ConversationInfo:
+    """The row of a session's current conversation (``ended``: its ended ones, oldest first)."""
     return ConversationInfo(
         key=info.key,
         start_seq=info.conversation_start,
@@ -41,7 +45,7 @@ def current_row(info: SessionInfo) -> ConversationInfo:
         preview=info.preview,
         messages=info.messages,
         tokens=info.tokens,
-        started_at=info.ended[-1].updated_at if info.ended else info.created_at,
+        started_at=ended[-1].updated_at if ended else info.created_at,
         updated_at=info.updated_at,
         end_reason="archive" if info.state == "archived" else None,
         state=info.state,
@@ -49,9 +53,11 @@ def current_row(info: SessionInfo) -> ConversationInfo:
     )
 
 
-def conversations_of(info: SessionInfo) -> list[ConversationInfo]:
-    """Every conversation of one session row: the current one first, then the ended, newest first."""
-    return [current_row(info), *reversed(info.ended)]
+def conversations_of(
+    info: SessionInfo, ended: tuple[ConversationInfo, ...] = ()
+) -> list[ConversationInfo]:
+    """Every conversation of one session: the current one first, then the ended, newest first."""
+    return [current_row(info, ended), *reversed(ended)]
 
 
 _by_start = attrgetter("start_seq")
@@ -60,10 +66,13 @@ _by_updated = attrgetter("updated_at")
 _by_started = attrgetter("started_at")
 
 
-def _ordered(rows: Iterable[SessionInfo], order: ConversationOrder) -> list[ConversationInfo]:
+def _ordered(
+    rows: Iterable[SessionInfo], ended: Ended, order: ConversationOrder
+) -> list[ConversationInfo]:
     out: list[ConversationInfo] = []
+    none: tuple[ConversationInfo, ...] = ()
     for info in rows:
-        out.extend(conversations_of(info))
+        out.extend(conversations_of(info, ended.get(info.key, none) if info.ended else none))
     # Stable sorts, last key first.
     if order == "key":
         out.sort(key=_by_start)
@@ -89,7 +98,8 @@ _flat_lock = threading.Lock()
 
 
 def _all_ordered(store: BaseStore, order: ConversationOrder) -> list[ConversationInfo]:
-    rows = _refresh(store, rebuild=False).rows
+    cat = _refresh(store, rebuild=False)
+    rows = cat.rows
     with _flat_lock:
         try:
             flat = _flat.get(store)
@@ -102,7 +112,8 @@ def _all_ordered(store: BaseStore, order: ConversationOrder) -> list[Conversatio
             flat.rows, flat.lists = rows, {}
         got = flat.lists.get(order)
         if got is None:
-            got = flat.lists[order] = _ordered(rows, order)
+            ended = {e.key: e.ended for e in cat.entries().values() if e.key and e.ended}
+            got = flat.lists[order] = _ordered(rows, ended, order)
         return got
 
 
@@ -144,17 +155,23 @@ def list_conversations(
     )
     ordered: Iterable[ConversationInfo]
     if isinstance(store, CatalogRecords):
-        ordered = _ordered(infos_from_records(store.query_catalog_records(sessions), store), order)
+        records = store.query_catalog_records(sessions)
+        infos = infos_from_records(records, store)
+        ended = {r.key: ended_of_record(r, store) for r in records}
+        ordered = _ordered(infos, ended, order)
     elif isinstance(store, CatalogQuery):
-        ordered = _ordered(store.query_catalog(sessions), order)
+        ordered = _ordered(store.query_catalog(sessions), {}, order)
     elif sessions == CatalogFilter():
         ordered = _all_ordered(store, order)
     else:
-        ordered = _ordered(select(_refresh(store, rebuild=False).rows, sessions), order)
+        rows, ended = catalog_conversations(store)
+        ordered = _ordered(select(rows, sessions), ended, order)
     tests = _tests(key, state, current, updated_after, updated_before)
+    end = None if limit is None else offset + limit
+    if not tests and isinstance(ordered, list):
+        return ordered[offset:end]  # a copy: the cached list stays as it is
     for test in tests:
         ordered = filter(test, ordered)
-    end = None if limit is None else offset + limit
     return list(islice(ordered, offset, end))
 
 

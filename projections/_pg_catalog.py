@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from sessionledger.eventlog import EndedConversation, EventLogError
 
 from ._catalog_row import NO_PREVIEW, USER_PREVIEW, SessionInfo, _consider, _summary, _tags
-from ._conversation_row import ended_rows
+from ._conversation_row import ConversationInfo, ended_rows
 
 
 @runtime_checkable
@@ -61,8 +61,15 @@ def info_from_record(record: Any, store: Any = None) -> SessionInfo:
         head=record.head,
         conversation_start=start,
         resumed_from=resumed,
-        ended=ended_rows(record.key, record.created_at, ended),
+        ended=len(ended),
     )
+
+
+def ended_of_record(record: Any, store: Any = None) -> tuple[ConversationInfo, ...]:
+    """The ended conversations of one record's session, oldest first."""
+    conv = record.conversations
+    ended = _conversations(store, record.key)[2] if conv is None else conv.ended
+    return ended_rows(record.key, record.created_at, ended)
 
 
 def infos_from_records(records: Iterable[Any], store: Any = None) -> list[SessionInfo]:
