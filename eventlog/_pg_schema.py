@@ -227,6 +227,22 @@ def schema_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> in
     return int(got[0]) if got is not None and got[0] is not None else 0
 
 
+def is_current(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> bool:
+    """Whether ``schema`` is at :data:`SCHEMA_VERSION` (one query on an autocommit
+    connection; anything else, a missing schema included, says False and :func:`migrate`
+    decides)."""
+    import psycopg
+    from psycopg import sql
+
+    try:
+        row = conn.execute(
+            sql.SQL("SELECT max(version) FROM {}.schema_version").format(sql.Identifier(schema))
+        ).fetchone()
+    except psycopg.Error:
+        return False
+    return row is not None and row[0] == SCHEMA_VERSION
+
+
 def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str, where: str) -> int:
     """Bring ``schema`` up to :data:`SCHEMA_VERSION` in one transaction; return the version.
 

@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from ._errors import EventLogError, SessionNotFoundError, StorageError
@@ -68,6 +69,12 @@ class PgSessionWriter(SessionWriter):
         self._queue: list[_Ticket] = []
         self._leading = False
         self._group = threading.Condition(threading.Lock())
+        # Gathering: threads inside _submit, the sizes of the last two groups, how long the
+        # last statement took, and whether a new leader is waiting for its group to fill.
+        self._active = 0
+        self._sizes = (0, 0)
+        self._latency = 0.0
+        self._gathering = False
 
     def refresh(self) -> int:
         """Fold in events other writers committed (one query, no lock); return the last seq."""
@@ -83,13 +90,21 @@ class PgSessionWriter(SessionWriter):
         ticket = _Ticket(draft, expected_seq, event_id)
         group = self._group
         with group:
-            self._queue.append(ticket)
-            while self._leading and not ticket.done:
-                group.wait()
-            if ticket.done:
-                return ticket.result()
-            self._leading = True
-            batch, self._queue = self._queue, []
+            self._active += 1
+            try:
+                self._queue.append(ticket)
+                if self._gathering:
+                    group.notify_all()
+                while self._leading and not ticket.done:
+                    group.wait()
+                if ticket.done:
+                    return ticket.result()
+                self._leading = True
+                self._gather()
+                batch, self._queue = self._queue, []
+            finally:
+                self._active -= 1
+        started = time.monotonic()
         try:
             self._commit_group(batch)
         finally:
@@ -99,8 +114,29 @@ class PgSessionWriter(SessionWriter):
                     t.done = True
             with group:
                 self._leading = False
+                self._latency = time.monotonic() - started
+                self._sizes = (self._sizes[1], len(batch))
                 group.notify_all()
         return ticket.result()
+
+    def _gather(self) -> None:
+        """A new leader under concurrency waits briefly for the appends of the threads that
+        the last group just released: otherwise groups alternate between those who queued
+        during a commit and those who come back after it, each half as large as it could be.
+
+        Waits only when the last group held several appends, for at most a quarter of the
+        last statement's time (2 ms at most), and not at all for a lone thread.
+        """
+        want = sum(self._sizes)
+        if self._sizes[1] < 2 or len(self._queue) >= want:
+            return
+        deadline = time.monotonic() + min(self._latency / 4, 0.002)
+        self._gathering = True
+        try:
+            while len(self._queue) < want and (left := deadline - time.monotonic()) > 0:
+                self._group.wait(left)
+        finally:
+            self._gathering = False
 
     # -- one group -------------------------------------------------------------------------
 

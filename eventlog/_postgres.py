@@ -55,7 +55,7 @@ from ._pg_common import (
 )
 from ._pg_io import _PgIO, idle_ok
 from ._pg_notify import NotifyWaker
-from ._pg_schema import migrate
+from ._pg_schema import is_current, migrate
 from ._pg_writer import PgSessionWriter
 from ._snapshot import _DIGEST, _MAGIC, SnapshotError, check_anchor, decode_snapshot, resume
 from ._store import BaseStore
@@ -130,7 +130,8 @@ class PostgresStore(BaseStore):
         self._sql = self.target.statements()
         with self.target.connect() as conn:
             try:
-                migrate(conn, schema, self._where)
+                if not is_current(conn, schema):  # the usual case costs one query
+                    migrate(conn, schema, self._where)
             except Exception as exc:
                 raise translate(exc, self._where, "migrate") from exc
         sync_off = self.durability == "none"

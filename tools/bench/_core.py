@@ -28,7 +28,8 @@ Unit = Literal["events/s", "ms", "MB/s"]
 
 @dataclass(slots=True)
 class Row:
-    """One figure: our median beside nanobot's for the same work, and the target."""
+    """One figure: our median beside nanobot's (or another rival's) for the same work, and the
+    target."""
 
     group: str
     what: str
@@ -39,6 +40,8 @@ class Row:
     target: float | None = None
     nanobot_what: str = ""
     note: str = ""
+    #: Who the comparison figure is from ("nanobot", or e.g. "plain psycopg" for PostgreSQL).
+    rival: str = "nanobot"
 
     @property
     def higher_is_better(self) -> bool:

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import _adapters, _async, _conversations, _read, _replay, _write  # noqa: F401  (they register their benchmarks)
+from . import (  # noqa: F401  (they register their benchmarks)
+    _adapters,
+    _async,
+    _conversations,
+    _pg_read,
+    _pg_write,
+    _read,
+    _replay,
+    _write,
+)
 from ._core import REGISTRY, Context, Row, load_nanobot, machine
 from ._report import machine_line, markdown, table
 

@@ -56,7 +56,10 @@ def fmt_meets(row: Row) -> str:
 
 def _nanobot_cell(row: Row, missing: str) -> str:
     if row.nanobot is not None:
-        return fmt(row.nanobot, row.unit)
+        rival = "" if row.rival == "nanobot" else f" ({row.rival})"
+        return fmt(row.nanobot, row.unit) + rival
+    if row.rival != "nanobot":
+        return "-"
     return f"nanobot: {missing}" if missing and row.nanobot_what else "-"
 
 
@@ -65,7 +68,7 @@ def table(rows: Iterable[Row], *, title: str, nanobot_missing: str = "") -> Tabl
     t = Table(title=title, title_justify="left", show_lines=False)
     t.add_column("benchmark", overflow="fold", ratio=1)
     t.add_column("ours", justify="right", no_wrap=True)
-    t.add_column("nanobot", justify="right", no_wrap=True)
+    t.add_column("nanobot / rival", justify="right", no_wrap=True)
     t.add_column("ratio", justify="right", no_wrap=True)
     t.add_column("target", justify="right", no_wrap=True)
     t.add_column("met", justify="center", no_wrap=True)
@@ -76,7 +79,7 @@ def table(rows: Iterable[Row], *, title: str, nanobot_missing: str = "") -> Tabl
         if row.note:
             what += f" [dim]({escape(row.note)})[/dim]"
         if row.nanobot_what:
-            what += f"\n[dim]nanobot: {escape(row.nanobot_what)}[/dim]"
+            what += f"\n[dim]{escape(row.rival)}: {escape(row.nanobot_what)}[/dim]"
         t.add_row(
             what,
             fmt(row.ours, row.unit) if row.ours is not None else "n/a",
@@ -92,7 +95,7 @@ def table(rows: Iterable[Row], *, title: str, nanobot_missing: str = "") -> Tabl
 def markdown(rows: Iterable[Row], *, nanobot_missing: str = "") -> str:
     """The same table as GitHub Markdown."""
     lines = [
-        "| benchmark | ours | nanobot 0.2.2 | ours vs nanobot | target | met | nanobot did |",
+        "| benchmark | ours | nanobot 0.2.2 (or as named) | ours vs it | target | met | it did |",
         "|---|---:|---:|---:|---:|:---:|---|",
     ]
     for row in rows:

@@ -1,0 +1,309 @@
+"""PostgreSQL read benchmarks: opening a session and listing sessions, beside plain SELECTs.
+
+- ``pg-open``: ``store.session(key)`` of a 10,000-message session (2,000 with ``--quick``)
+  holding a snapshot and a 20-event tail, on a store object already built (its pool warm);
+  plain psycopg: the same rows (snapshot and tail) by one ``SELECT``, fetched, not decoded.
+  Also reading the whole log without a snapshot, against a plain ``SELECT`` of every line.
+- ``pg-list``: ``projections.list_sessions`` over 100,000 sessions (10,000 with ``--quick``),
+  one page of 20, several filters; plain psycopg: the same ``SELECT`` on an open connection.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ._core import Context, Row, benchmark, medians
+from ._pg_base import RIVAL, both, dsn, missing, schema
+from ._write import _messages
+
+TEXT = "Could you look into the deployment logs and tell me what went wrong overnight? "
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+@benchmark("pg-open", 18, "PostgreSQL: open a long session vs a plain SELECT of its rows")
+def bench_pg_open(ctx: Context) -> list[Row]:
+    """Open from snapshot + tail; read the whole log."""
+    server = dsn()
+    if server is None:
+        return missing("pg-open", "open a long session")
+    import psycopg
+
+    from sessionledger.eventlog import PostgresStore
+
+    size = 2_000 if ctx.quick else 10_000
+    msgs = _messages(ctx)
+    key = "bench:open:1"
+    with schema(server) as name:
+        store = PostgresStore(server, schema=name, pool_size=2)
+        done = 0
+        while done < size:
+            with store.batch(key) as w:
+                for m in msgs[done % len(msgs) : done % len(msgs) + min(500, size - done)]:
+                    fields = dict(m)
+                    w.append_message(fields.pop("role"), fields.pop("content", None), **fields)
+                    done += 1
+        store.write_snapshot(key)
+        with store.batch(key) as w:  # a short tail after the snapshot, as in real use
+            for _ in range(20):
+                w.append_message("user", TEXT)
+        store.close()
+        opener = PostgresStore(server, schema=name, pool_size=2)
+        opener.snapshot_every = 0  # closing must not write a snapshot between runs
+        total = size + 20
+        log_mb = len(opener.read_bytes(key)) / 1e6
+        plain = psycopg.connect(server, autocommit=True)
+        kb = key.encode()
+        snap_sql = f'SELECT seq, data FROM "{name}".snapshots WHERE key = %s'
+        tail_sql = f'SELECT pos, line FROM "{name}".events WHERE key = %s AND seq >= %s'
+        all_sql = f'SELECT line FROM "{name}".events WHERE key = %s ORDER BY seq'
+        snap_seq = int(plain.execute(snap_sql, (kb,)).fetchone()[0])  # type: ignore[index]
+        both_sql = (
+            f'SELECT seq, data FROM "{name}".snapshots WHERE key = %(k)s UNION ALL '
+            f'(SELECT seq, line FROM "{name}".events WHERE key = %(k)s AND seq >= %(s)s '
+            "ORDER BY seq)"
+        )
+        del tail_sql
+
+        def ours_open() -> float:
+            holder: list[Any] = []
+            seconds = _timed(lambda: holder.append(opener.session(key)))
+            assert holder[0].seq == total
+            holder[0].close()
+            return seconds
+
+        def plain_open() -> float:
+            return _timed(
+                lambda: plain.execute(both_sql, {"k": kb, "s": snap_seq}, binary=True).fetchall()
+            )
+
+        def ours_full() -> float:
+            return _timed(lambda: opener.load(key, snapshot=False))
+
+        def plain_full() -> float:
+            return _timed(lambda: plain.execute(all_sql, (kb,), binary=True).fetchall())
+
+        runs = max(ctx.runs, 7)
+        opened, plain_opened = both(medians(runs, ours_open, plain_open))
+        full, plain_all = both(medians(runs, ours_full, plain_full))
+        plain.close()
+        opener.close()
+    return [
+        Row(
+            "pg-open",
+            f"store.session(key): {size:,}-message session ({log_mb:.1f} MB), snapshot + "
+            "20-event tail, checked and folded (target: 1.3x plain)",
+            "ms",
+            opened * 1e3,
+            plain_opened * 1e3,
+            target=plain_opened * 1.3e3,
+            nanobot_what="one SELECT of the snapshot and the tail rows (fetched, not decoded)",
+            rival=RIVAL,
+        ),
+        Row(
+            "pg-open",
+            f"store.load(key, snapshot=False): every line of the {size:,}-message log, checked "
+            "and folded",
+            "ms",
+            full * 1e3,
+            plain_all * 1e3,
+            nanobot_what="one SELECT of every line (fetched, not decoded)",
+            rival=RIVAL,
+        ),
+    ]
+
+
+def populate(server: str, name: str, sessions: int) -> None:
+    """Create ``sessions`` sessions of 2 messages each with COPY (the rows the store writes)."""
+    import msgspec
+    import psycopg
+    from psycopg import sql
+
+    from sessionledger.eventlog import (
+        ZERO_HASH,
+        Header,
+        LifecycleChanged,
+        MessageAppended,
+        PostgresStore,
+        encode_line,
+        estimate_tokens,
+        fold,
+    )
+    from sessionledger.eventlog._pg_common import catalog_values, key_parts
+
+    PostgresStore(server, schema=name).close()  # create the schema
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    channels = ["telegram", "slack", "discord", "web"]
+    states = ["active", "idle", "archived"]
+    s = sql.Identifier(name)
+    events: list[tuple[Any, ...]] = []
+    with psycopg.connect(server) as conn, conn.cursor() as cur:
+        with cur.copy(
+            sql.SQL(
+                "COPY {}.sessions (key, session_id, seq, head, size, created_at, updated_at, "
+                "agent, channel, peer, title, metadata, preview, messages, live_tokens, "
+                "total_messages, total_tokens, lifecycle, conversations) FROM STDIN"
+            ).format(s)
+        ) as sessions_copy:
+            for i in range(sessions):
+                key = f"agent{i % 10}:{channels[i % 4]}:{i}"
+                created = start + timedelta(seconds=i)
+                header = Header(
+                    seq=0, ts=created, id=os.urandom(16).hex(), key=key, created_at=created
+                )
+                line0, h = encode_line(header, ZERO_HASH)
+                header = msgspec.structs.replace(header, h=h)
+                evs: list[Any] = []
+                lines = [line0]
+                for seq in (1, 2):
+                    msg = {"role": "user" if seq == 1 else "assistant", "content": TEXT}
+                    ev = MessageAppended.of(
+                        seq=seq,
+                        ts=created + timedelta(seconds=seq),
+                        id=os.urandom(16).hex(),
+                        message=msg,
+                        tokens=estimate_tokens(msg),
+                    )
+                    line, h = encode_line(ev, h)
+                    evs.append(msgspec.structs.replace(ev, h=h))
+                    lines.append(line)
+                if states[i % 3] != "active":  # the log says it, so the catalog may
+                    ev2 = LifecycleChanged(
+                        seq=3,
+                        ts=created + timedelta(seconds=3),
+                        id=os.urandom(16).hex(),
+                        state=states[i % 3],
+                    )
+                    line, h = encode_line(ev2, h)
+                    evs.append(msgspec.structs.replace(ev2, h=h))
+                    lines.append(line)
+                state = fold(header, evs)
+                values = catalog_values(state)
+                agent, channel, peer = key_parts(key)
+                kb = key.encode()
+                sessions_copy.write_row(
+                    (
+                        kb,
+                        header.id,
+                        state.seq,
+                        state.head,
+                        sum(map(len, lines)),
+                        state.created_at,
+                        state.updated_at,
+                        (agent or "").encode(),
+                        (channel or "").encode(),
+                        (peer or "").encode(),
+                        None,
+                        values.metadata,
+                        values.preview,
+                        len(state.messages),
+                        state.live_tokens,
+                        state.total_messages,
+                        state.total_tokens,
+                        state.lifecycle,
+                        values.encoded_conversations(),
+                    )
+                )
+                pos = 0
+                for seq, (line, eid) in enumerate(
+                    zip(lines, [header.id] + [e.id for e in evs], strict=True)
+                ):
+                    events.append((kb, seq, pos, eid.encode(), line))
+                    pos += len(line)
+        with cur.copy(
+            sql.SQL("COPY {}.events (key, seq, pos, id, line) FROM STDIN").format(s)
+        ) as events_copy:
+            for row in events:
+                events_copy.write_row(row)
+        conn.execute(sql.SQL("ANALYZE {}.sessions").format(s))
+        conn.commit()
+
+
+@benchmark("pg-list", 18, "PostgreSQL: list_sessions vs a plain SELECT of the same page")
+def bench_pg_list(ctx: Context) -> list[Row]:
+    """One page of 20 sessions by several filters."""
+    server = dsn()
+    if server is None:
+        return missing("pg-list", "list_sessions")
+    import psycopg
+
+    from sessionledger.eventlog import PostgresStore
+    from sessionledger.eventlog._pg_common import catalog_query
+    from sessionledger.projections import CatalogFilter, list_sessions
+
+    count = 10_000 if ctx.quick else 100_000
+    cases: dict[str, dict[str, Any]] = {
+        "newest 20": {},
+        "channel=slack": {"channel": "slack"},
+        "state=archived": {"state": "archived"},
+        "prefix agent7:web:": {"prefix": "agent7:web:"},
+        "page 100 (offset 2,000)": {"offset": 2_000},
+    }
+    rows: list[Row] = []
+    with schema(server) as name:
+        populate(server, name, count)
+        store = PostgresStore(server, schema=name, pool_size=2)
+        plain = psycopg.connect(server, autocommit=True)
+        for label, kwargs in cases.items():
+            query, params = catalog_query(name, CatalogFilter(limit=20, **kwargs))
+            assert len(list_sessions(store, limit=20, **kwargs)) == 20, label
+
+            def ours(kwargs: dict[str, Any] = kwargs) -> float:
+                return _timed(lambda: list_sessions(store, limit=20, **kwargs))
+
+            def theirs(query: Any = query, params: list[Any] = params) -> float:
+                return _timed(lambda: plain.execute(query, params, binary=True).fetchall())
+
+            mine, floor = both(medians(max(ctx.runs, 9), ours, theirs))
+            rows.append(
+                Row(
+                    "pg-list",
+                    f"list_sessions over {count:,} sessions, {label} (target: 1.1x plain)",
+                    "ms",
+                    mine * 1e3,
+                    floor * 1e3,
+                    target=floor * 1.1e3,
+                    nanobot_what="the same SELECT on an open connection, rows fetched",
+                    rival=RIVAL,
+                )
+            )
+        query, params = catalog_query(name, CatalogFilter(limit=20))
+
+        def fresh() -> float:
+            def once() -> None:
+                with PostgresStore(server, schema=name, pool_size=2) as s:
+                    list_sessions(s, limit=20)
+
+            return _timed(once)
+
+        def fresh_plain() -> float:
+            def once() -> None:
+                with psycopg.connect(server, autocommit=True) as conn:
+                    conn.execute(query, params, binary=True).fetchall()
+
+            return _timed(once)
+
+        mine, floor = both(medians(max(ctx.runs, 9), fresh, fresh_plain))
+        rows.append(
+            Row(
+                "pg-list",
+                "a new store object, then list_sessions newest 20 (what a CLI run does; "
+                "target: 1.1x plain)",
+                "ms",
+                mine * 1e3,
+                floor * 1e3,
+                target=floor * 1.1e3,
+                nanobot_what="connect, the same SELECT, rows fetched",
+                rival=RIVAL,
+            )
+        )
+        plain.close()
+        store.close()
+    return rows
