@@ -30,7 +30,7 @@ from ._export import (
     nanobot_name,
 )
 from ._export_md import export_markdown, render_markdown
-from ._follow import Follow, PollingWaker, Waker, follow
+from ._follow import Follow, FollowPoint, PollingWaker, Waker, follow
 from ._fork import fork
 from ._importing import ImportReport, SessionImport
 from ._modelview import ModelView, ViewRow, model_view
@@ -93,6 +93,7 @@ __all__ = (
     "ExportedFile",
     "Finding",
     "Follow",
+    "FollowPoint",
     "ForeignFormatError",
     "ImportReport",
     "Item",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Protocol, Self, runtime_checkable
+from typing import NamedTuple, Protocol, Self, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -57,6 +57,18 @@ class PollingWaker:
         """Nothing to release."""
 
 
+class FollowPoint(NamedTuple):
+    """Where a follower starts reading: just past a complete line whose position and hash the
+    caller already knows (e.g. from its own index), so following a long log does not read it
+    all first. The next line must chain from ``head``; anything else is reported as corrupt."""
+
+    offset: int
+    head: str
+    seq: int
+    line: int
+    header: Header
+
+
 class AsyncStoreLike(Protocol):
     """An async store: followed through the sync store underneath it."""
 
@@ -79,6 +91,7 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
         max_poll: float = 0.25,
         idle_timeout: float | None = None,
         waker: Waker | None = None,
+        start: FollowPoint | None = None,
     ) -> None:
         if poll <= 0 or max_poll < poll:
             raise ValueError("need 0 < poll <= max_poll")
@@ -102,6 +115,14 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
         self._line = 0
         self._delay = poll
         self._closed = False
+        if start is not None:
+            self.header = start.header
+            self._offset, self._head, self._seq, self._line = (
+                start.offset,
+                start.head,
+                start.seq,
+                start.line,
+            )
         store.read_tail(key, 1 << 62)  # an unknown key fails here, before iteration (reads nothing)
 
     def read_new(self) -> int:
@@ -209,12 +230,14 @@ def follow(
     max_poll: float = 0.25,
     idle_timeout: float | None = None,
     waker: Waker | None = None,
+    start: FollowPoint | None = None,
 ) -> Follow:
     """Iterate (``for`` or ``async for``) over ``key``'s events after ``after_seq``, live.
 
     Runs until the caller breaks out or calls ``close()``; with ``idle_timeout``, it also ends
     once no new event arrived for that many seconds. An async store is followed through the
-    sync store underneath it (``store.sync``).
+    sync store underneath it (``store.sync``). ``start`` resumes reading at a known line
+    instead of reading the log from its first line.
 
     Raises:
         SessionNotFoundError: no session ``key`` (at once, not on the first ``next``).
@@ -228,4 +251,5 @@ def follow(
         max_poll=max_poll,
         idle_timeout=idle_timeout,
         waker=waker,
+        start=start,
     )

@@ -61,9 +61,13 @@ def test_wheel_holds_one_top_level_package_and_every_part(wheel: Path) -> None:
         "tools/openai_agents",
         "tools/bench",
         "tools/soak",
+        "tools/web",
     ):
         assert f"sessionledger/{part}/__init__.py" in names, part
     assert "sessionledger/py.typed" in names
+    # The viewer serves nothing from elsewhere: its assets ship in the wheel.
+    for asset in ("viewer.css", "viewer.js"):
+        assert f"sessionledger/tools/web/static/{asset}" in names, asset
 
 
 def test_installed_beside_a_project_with_its_own_tools_and_replay(

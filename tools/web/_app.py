@@ -40,7 +40,7 @@ from sessionledger.eventlog import (
 from sessionledger.replay import NO_REDACTION, Redaction
 
 from ._export_html import Heading, header_html, static_text
-from ._logindex import LogCache
+from ._logindex import LogCache, LogIndex
 from ._pages import PAGE, TimelinePage, badge, list_body, list_page, rows_html, shell, timeline_page
 from ._render import render_view
 from ._verifier import Verifier
@@ -184,7 +184,9 @@ def create_app(
             )
             hi = min(head, lo + PAGE - 1)
             page = timeline_page(store, index, lo, hi, redaction, lazy_url(key))
-            doc = _head_doc(store, key, index.head, head, redaction.describe())
+            # The catalog's facts (title, counts) come with /api/heading: a first listing of
+            # a long log reads all of it, and the page must not wait for that.
+            doc = _quick_heading(index, key, redaction.describe())
             return header_html(doc) + _session_controls(
                 index.base, head, target, page, verifier, key
             )
@@ -255,6 +257,17 @@ def create_app(
 
         return JSONResponse(await run(build))
 
+    async def api_heading(request: Request) -> Response:
+        key = key_of(request)
+
+        def build() -> str:
+            index = logs.get(key, path_of(key))
+            return header_html(
+                _head_doc(store, key, index.head, index.last_seq, redaction.describe())
+            )
+
+        return HTMLResponse(await run(build))
+
     async def api_verify(request: Request) -> Response:
         key = key_of(request)
         verdict = await run(lambda: verifier.check(key))
@@ -292,7 +305,12 @@ def create_app(
     async def api_tail(request: Request) -> Response:
         key = key_of(request)
         after = _int(request, "after", 0)
-        follower = await run(lambda: replay.follow(store, key, after, poll=0.05, max_poll=0.5))
+
+        def start() -> replay.Follow:
+            point = logs.get(key, path_of(key)).point_after(after)
+            return replay.follow(store, key, after, poll=0.05, max_poll=0.5, start=point)
+
+        follower = await run(start)
 
         async def stream() -> AsyncIterator[str]:
             yield "event: hello\ndata: {}\n\n"
@@ -356,6 +374,7 @@ def create_app(
         Route("/api/timeline", guarded(api_timeline)),
         Route("/api/view", guarded(api_view)),
         Route("/api/verify", guarded(api_verify)),
+        Route("/api/heading", guarded(api_heading)),
         Route("/api/text", guarded(api_text)),
         Route("/api/tail", guarded(api_tail)),
         Route("/static/{name}", static),
@@ -384,6 +403,14 @@ def _sse(stream: AsyncIterator[str]) -> StreamingResponse:
 def _store_name(store: BaseStore) -> str:
     root = getattr(store, "root", None)
     return str(root) if root is not None else type(store).__name__
+
+
+def _quick_heading(index: LogIndex, key: str, redacted: list[str]) -> Heading:
+    assert index.header is not None
+    created = index.header.created_at
+    return Heading(
+        key, "", index.last_seq, index.head, -1, -1, "", created, created, tuple(redacted)
+    )
 
 
 def _head_doc(store: BaseStore, key: str, head: str, seq: int, redacted: list[str]) -> Heading:

@@ -57,18 +57,23 @@ def heading_of(doc: Document) -> Heading:
 
 
 def header_html(doc: Heading) -> str:
-    """The session's heading: title, key, head, counts, redaction."""
+    """The session's heading: title, key, head, counts, redaction (counts < 0: not known yet)."""
     title = doc.title or doc.key
     redacted = (
         f" · redacted: <code>{escape(', '.join(doc.redacted))}</code>" if doc.redacted else ""
     )
+    counts = (
+        f" · {doc.live_messages:,} live messages, {doc.live_tokens:,} tokens · "
+        f"{escape(doc.lifecycle)} · created {when(doc.created_at)} UTC, updated "
+        f"{when(doc.updated_at)} UTC"
+        if doc.live_messages >= 0
+        else f" · created {when(doc.created_at)} UTC"
+    )
     return (
-        f'<div class="head"><h1>{escape(title)}</h1>'
+        f'<div class="head" id="heading"><h1>{escape(title)}</h1>'
         f'<span class="facts">session <code>{escape(doc.key)}</code> · head '
-        f'<b>#{doc.seq}</b> <code class="head-hash">{escape(doc.head)}</code> · '
-        f"{doc.live_messages:,} live messages, {doc.live_tokens:,} tokens · {escape(doc.lifecycle)}"
-        f" · created {when(doc.created_at)} UTC, updated {when(doc.updated_at)} UTC"
-        f"{redacted}</span></div>"
+        f'<b>#{doc.seq}</b> <code class="head-hash">{escape(doc.head)}</code>'
+        f"{counts}{redacted}</span></div>"
     )
 
 

@@ -126,7 +126,9 @@ def list_body(listing_html: str) -> str:
         '<input name="agent" placeholder="agent" size="10">'
         f'<select name="state"><option value="">any state</option>{states}</select>'
         '<span class="count" id="count"></span></form>'
-        '<table class="sessions"><thead><tr><th>session</th><th>title / first message</th>'
+        '<table class="sessions"><colgroup><col class="c-key"><col class="c-title">'
+        '<col class="c-num"><col class="c-num"><col class="c-state"><col class="c-when">'
+        '<col class="c-verify"></colgroup><thead><tr><th>session</th><th>title / first message</th>'
         '<th class="num">msgs</th><th class="num">tokens</th><th>state</th>'
         "<th>updated (UTC)</th><th>verify</th></tr></thead>"
         f'<tbody id="rows">{listing_html}</tbody></table>'

@@ -3,8 +3,9 @@
 ``python -m sessionledger.tools.web.measure --messages 10000 100000`` writes each session (the
 benchmarks' conversation with tool calls) to a scratch file store, serves it with
 ``sessionledger serve`` in its own process and times, over several rounds (medians, first
-round reported apart: it reads the log into the viewer's cache): the session page's first
-byte and whole body, the model's view at the head, a timeline page from the middle, and a
+round reported apart: the first look at the log): the session page's first byte and whole
+body (and with ``--browser CHROMIUM``, a real browser's time until it shows the timeline and
+until it shows the model's view, on a freshly started server), the model's view at the head, a timeline page from the middle, and a
 time-travel point; the page weight is the page plus its stylesheet and script.
 """
 
@@ -75,11 +76,35 @@ def _serve(root: Path, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("the viewer did not start")
 
 
-def measure(n: int, rounds: int, port: int) -> dict[str, float]:
-    """Figures for one session of ``n`` messages."""
+def _browser(url: str, executable: str) -> tuple[float, float]:
+    """Seconds until a browser shows the timeline, and until it shows the model's view."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(url.split("/session")[0] + "/static/viewer.css")  # the browser's own start-up
+        start = time.perf_counter()
+        page.goto(url, wait_until="domcontentloaded")
+        page.wait_for_selector("#events article")
+        shown = time.perf_counter() - start
+        page.wait_for_selector("#view .view-head", timeout=120_000)
+        view = time.perf_counter() - start
+        browser.close()
+    return shown, view
+
+
+def measure(
+    n: int, rounds: int, port: int, keep: Path | None = None, browser: str | None = None
+) -> dict[str, float]:
+    """Figures for one session of ``n`` messages (written once into ``keep`` if given)."""
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "store"
-        seq = _write(root, n)
+        root = keep / f"viewer-{n}" if keep is not None else Path(tmp) / "store"
+        if root.exists():
+            with FileStore(root) as store:
+                seq = store.load(KEY).state.seq
+        else:
+            seq = _write(root, n)
         size = sum(p.stat().st_size for p in root.glob("*.jsonl"))
         proc = _serve(root, port)
         try:
@@ -90,6 +115,8 @@ def measure(n: int, rounds: int, port: int) -> dict[str, float]:
                 "middle": f"/api/timeline?key={k}&around={seq // 2}",
                 "travel": f"/api/view?key={k}&seq={seq // 2}",
             }
+            if browser is not None:
+                shown, view = _browser(f"http://127.0.0.1:{port}{paths['page']}", browser)
             cold = {name: _get(port, path) for name, path in paths.items()}
             runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in paths}
             for _ in range(rounds):
@@ -109,6 +136,9 @@ def measure(n: int, rounds: int, port: int) -> dict[str, float]:
         out[f"{name}_ttfb_ms"] = statistics.median(s[0] for s in samples) * 1000
         out[f"{name}_ms"] = statistics.median(s[1] for s in samples) * 1000
     out["cold_view_ms"] = cold["view"][1] * 1000
+    if browser is not None:
+        out["browser_timeline_ms"] = shown * 1000
+        out["browser_view_ms"] = view * 1000
     return out
 
 
@@ -118,9 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, nargs="+", default=[10_000])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--port", type=int, default=8799)
+    parser.add_argument(
+        "--keep", type=Path, help="write the sessions here once and reuse them on later runs"
+    )
+    parser.add_argument(
+        "--browser", metavar="CHROMIUM", help="also time a real browser opening the page"
+    )
     args = parser.parse_args(argv)
     for n in args.messages:
-        figures = measure(n, args.rounds, args.port)
+        figures = measure(n, args.rounds, args.port, args.keep, args.browser)
         print("  ".join(f"{k}={v:,.1f}" for k, v in figures.items()), flush=True)
     return 0
 

@@ -94,6 +94,10 @@
         $("#view").append(Object.assign(document.createElement("div"), { className: "bad-line", textContent: e.message }));
       }
     };
+    const heading = async () => {
+      const r = await fetch("/api/heading?" + k);
+      if (r.ok) { $("#heading").outerHTML = await r.text(); document.body.dataset.heading = "1"; }
+    };
     const verify = async () => {
       try {
         const data = await getJSON("/api/verify?" + k);
@@ -135,9 +139,9 @@
       ev.preventDefault();
       jump(Number(a.dataset.jump));
     });
-    buttons(); mark(); view(); verify();
+    buttons(); mark(); view(); verify(); heading();
     if (at < head) jump(at);
-    const refresh = debounce(() => { verify(); if (at >= head) view(); }, 300);
+    const refresh = debounce(() => { verify(); heading(); if (at >= head) view(); }, 300);
     const es = new EventSource("/api/tail?" + k + "&after=" + head);
     es.addEventListener("hello", () => live(true));
     es.addEventListener("append", (ev) => {
