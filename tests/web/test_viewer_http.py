@@ -64,6 +64,17 @@ def test_list_filters_search_and_pages(store: FileStore) -> None:
         data = c.get("/api/sessions", params={"state": "idle"}).json()
         assert data["total"] == 1
         assert c.get("/api/sessions", params={"limit": "x"}).status_code == 400
+        # full text through the search projection: a word from a later message
+        data = c.get("/api/sessions", params={"q": "deer park"}).json()
+        assert data["total"] == 1 and 'class="found"' in data["html"]
+        assert "at=9#e9" in data["html"] and "[deer]" in data["html"].lower()
+
+
+def test_search_does_not_reach_redacted_text(store: FileStore) -> None:
+    with client(store, redaction=Redaction.parse(["content"])) as c:
+        assert c.get("/api/sessions", params={"q": "deer park"}).json()["total"] == 0
+        data = c.get("/api/sessions", params={"q": "telegram"}).json()
+        assert data["total"] == 1 and "Plan a trip" not in data["html"]
 
 
 def test_session_page_timeline_and_lazy_text(store: FileStore) -> None:

@@ -97,6 +97,10 @@ def create_app(
 ) -> Starlette:
     """The viewer over ``store`` (which the caller keeps open and closes)."""
     logs = LogCache(store)
+    # Searching message text would show (and reveal by matching) what a redaction masks.
+    full_text = not (
+        "content" in redaction.fields or any(f == "content" for _, f in redaction.role_fields)
+    )
     verifier = Verifier(store, interval=verify_interval)
     where: Callable[[str], str] = getattr(store, "describe", None) or (lambda key: key)
 
@@ -139,6 +143,7 @@ def create_app(
                 state=params.get("state") or None,
                 offset=offset,
                 limit=limit,
+                full_text=full_text,
             )
         )
         return JSONResponse(

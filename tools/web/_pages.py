@@ -4,13 +4,13 @@ framework here, so it is tested and reused without one)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import quote, urlencode
 
 from sessionledger import projections
 from sessionledger.eventlog import BaseStore, EventLogError, SessionState
-from sessionledger.projections import SessionInfo
+from sessionledger.projections import SearchHit, SessionInfo
 from sessionledger.replay import MASK, Item, Redaction, build_items, state_at
 
 from ._logindex import BadLine, LogIndex
@@ -18,6 +18,8 @@ from ._render import render_badge, render_items, when
 from ._verifier import Verdict
 
 PAGE = 100
+#: Messages asked of the search projection for one list query.
+SEARCH_LIMIT = 1000
 #: Events after a page read to pair a call on the page with its result.
 LOOKAHEAD = 40
 
@@ -59,12 +61,13 @@ def matches(info: SessionInfo, q: str) -> bool:
 
 @dataclass(slots=True)
 class Listing:
-    """One page of the session list."""
+    """One page of the session list (and, when searched, each session's best match)."""
 
     rows: list[SessionInfo]
     total: int
     offset: int
     limit: int
+    hits: dict[str, SearchHit] = field(default_factory=dict)
 
 
 def list_page(
@@ -76,12 +79,27 @@ def list_page(
     state: str | None = None,
     offset: int = 0,
     limit: int = 50,
+    full_text: bool = True,
 ) -> Listing:
-    """The matching sessions, newest-updated first, one page of them."""
+    """The matching sessions, newest-updated first, one page of them.
+
+    ``q`` matches the key, title and first message; with ``full_text`` also every message,
+    through the search projection (``projections.search``).
+    """
     rows = projections.list_sessions(store, channel=channel, agent=agent, state=state)
+    hits: dict[str, SearchHit] = {}
+    if q and full_text:
+        try:
+            for hit in projections.search(store, q, channel=channel, limit=SEARCH_LIMIT):
+                hits.setdefault(hit.key, hit)
+        except EventLogError:
+            hits = {}  # the search index cannot be used: key, title and preview still match
     if q:
-        rows = [r for r in rows if matches(r, q)]
-    return Listing(rows[offset : offset + limit], len(rows), offset, limit)
+        rows = [r for r in rows if r.key in hits or matches(r, q)]
+    page = rows[offset : offset + limit]
+    return Listing(
+        page, len(rows), offset, limit, {r.key: hits[r.key] for r in page if r.key in hits}
+    )
 
 
 def rows_html(
@@ -100,10 +118,17 @@ def rows_html(
             escape(r.title) if r.title and not hide_title else '<span class="sub">untitled</span>'
         )
         preview = MASK if hide_preview and r.preview else r.preview
+        hit = listing.hits.get(r.key)
+        found = (
+            f'<a class="found" href="{escape(session_url(r.key))}&amp;at={hit.seq}#e{hit.seq}">'
+            f"#{hit.seq} {escape(hit.role)}: {escape(hit.snippet)}</a>"
+            if hit is not None
+            else ""
+        )
         out.append(
             f'<tr data-key="{escape(r.key)}"><td class="key"><a href="{escape(session_url(r.key))}">'
             f"{escape(r.key)}</a></td>"
-            f'<td class="title">{title}<span class="preview">{escape(preview)}</span></td>'
+            f'<td class="title">{title}<span class="preview">{escape(preview)}</span>{found}</td>'
             f'<td class="num">{r.messages:,}</td><td class="num">{r.tokens:,}</td>'
             f'<td><span class="state {escape(r.state)}">{escape(r.state)}</span></td>'
             f'<td class="when">{when(r.updated_at)}</td>'
