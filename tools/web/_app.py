@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
@@ -27,50 +26,38 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessionledger import projections, replay
 from sessionledger.eventlog import (
     BaseStore,
     CorruptLogError,
+    Event,
     EventLogError,
+    MessageAppended,
     SessionNotFoundError,
     SessionState,
 )
 from sessionledger.replay import NO_REDACTION, Redaction
 
-from ._export_html import Heading, header_html, static_text
-from ._logindex import LogCache, LogIndex
-from ._pages import PAGE, TimelinePage, badge, list_body, list_page, rows_html, shell, timeline_page
-from ._render import render_view
+from ._export_html import header_html, static_text
+from ._logindex import LogCache
+from ._pages import (
+    PAGE,
+    badge,
+    catalog_heading,
+    list_body,
+    list_page,
+    quick_heading,
+    rows_html,
+    session_controls,
+    shell,
+    timeline_page,
+)
+from ._readonly import ReadOnly
+from ._render import render_result, render_view
 from ._verifier import Verifier
 
-CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; object-src 'none'"
 _STATIC = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
-
-
-class ReadOnly:
-    """ASGI middleware: only GET and HEAD reach the app; every response carries the CSP."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
-            response = Response("read-only viewer", 405, headers={"Allow": "GET, HEAD"})
-            await response(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers.append((b"content-security-policy", CSP.encode()))
-                headers.append((b"x-content-type-options", b"nosniff"))
-                headers.append((b"referrer-policy", b"no-referrer"))
-                message["headers"] = headers
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
 
 
 def _int(request: Request, name: str, default: int, lo: int = 0, hi: int = 1 << 62) -> int:
@@ -102,7 +89,6 @@ def create_app(
         "content" in redaction.fields or any(f == "content" for _, f in redaction.role_fields)
     )
     verifier = Verifier(store, interval=verify_interval)
-    where: Callable[[str], str] = getattr(store, "describe", None) or (lambda key: key)
 
     def path_of(key: str) -> str:
         path_for = getattr(store, "path_for", None)
@@ -191,9 +177,9 @@ def create_app(
             page = timeline_page(store, index, lo, hi, redaction, lazy_url(key))
             # The catalog's facts (title, counts) come with /api/heading: a first listing of
             # a long log reads all of it, and the page must not wait for that.
-            doc = _quick_heading(index, key, redaction.describe())
-            return header_html(doc) + _session_controls(
-                index.base, head, target, page, verifier, key
+            doc = quick_heading(index, key, redaction.describe())
+            return header_html(doc) + session_controls(
+                index.base, head, target, page, verifier.verdict(key), key
             )
 
         body = await run(build)
@@ -268,7 +254,7 @@ def create_app(
         def build() -> str:
             index = logs.get(key, path_of(key))
             return header_html(
-                _head_doc(store, key, index.head, index.last_seq, redaction.describe())
+                catalog_heading(store, key, index.head, index.last_seq, redaction.describe())
             )
 
         return HTMLResponse(await run(build))
@@ -323,10 +309,21 @@ def create_app(
                 async for event in follower:
                     seq = event.seq
 
-                    def render(seq: int = seq) -> dict[str, Any]:
+                    def render(seq: int = seq, event: Event = event) -> dict[str, Any]:
                         index = logs.get(key, path_of(key))
                         page = timeline_page(store, index, seq, seq, redaction, lazy_url(key))
-                        return {"seq": seq, "html": page.html, "head": index.last_seq}
+                        out: dict[str, Any] = {
+                            "seq": seq,
+                            "html": page.html,
+                            "head": index.last_seq,
+                        }
+                        if isinstance(event, MessageAppended):
+                            # A tool result: the page may show its call waiting for it.
+                            item = replay.message_item(event, redaction)
+                            if item.role == "tool" and item.tool_call_id:
+                                out["cid"] = item.tool_call_id
+                                out["result"] = render_result(item, lazy_url(key))
+                        return out
 
                     payload = await run(render)
                     yield f"event: append\ndata: {json.dumps(payload)}\n\n"
@@ -384,7 +381,6 @@ def create_app(
         Route("/api/tail", guarded(api_tail)),
         Route("/static/{name}", static),
     ]
-    del where
     app = Starlette(routes=routes, middleware=[Middleware(ReadOnly)], lifespan=lifespan)
     app.state.verifier = verifier
     return app
@@ -408,53 +404,3 @@ def _sse(stream: AsyncIterator[str]) -> StreamingResponse:
 def _store_name(store: BaseStore) -> str:
     root = getattr(store, "root", None)
     return str(root) if root is not None else type(store).__name__
-
-
-def _quick_heading(index: LogIndex, key: str, redacted: list[str]) -> Heading:
-    assert index.header is not None
-    created = index.header.created_at
-    return Heading(
-        key, "", index.last_seq, index.head, -1, -1, "", created, created, tuple(redacted)
-    )
-
-
-def _head_doc(store: BaseStore, key: str, head: str, seq: int, redacted: list[str]) -> Heading:
-    rows = [r for r in projections.list_sessions(store, prefix=key) if r.key == key]
-    if not rows:
-        epoch = datetime(1970, 1, 1, tzinfo=UTC)
-        return Heading(key, "", seq, head, 0, 0, "?", epoch, epoch, tuple(redacted))
-    row = rows[0]
-    return Heading(
-        key,
-        "" if any(n == "metadata.title" for n in redacted) else row.title,
-        seq,
-        head,
-        row.messages,
-        row.tokens,
-        row.state,
-        row.created_at,
-        row.updated_at,
-        tuple(redacted),
-    )
-
-
-def _session_controls(
-    base: int, head: int, target: int, page: TimelinePage, verifier: Verifier, key: str
-) -> str:
-    return (
-        f'<div id="session" data-key="{escape(key)}" data-base="{base}" data-head="{head}" '
-        f'data-first="{page.first}" data-last="{page.last}" data-at="{target}">'
-        f'<div class="travel"><span class="verify" id="badge">{badge(verifier.verdict(key))}</span>'
-        f'<input type="range" id="slider" min="{base}" max="{head}" value="{target}" '
-        'aria-label="time travel over seq">'
-        f'<span class="at" id="at">#{target} of #{head}</span>'
-        '<label>token budget <input type="number" id="budget" min="0" step="1000" value="0">'
-        "</label></div>"
-        '<div class="cols"><section class="timeline"><h2>Timeline</h2>'
-        '<button class="more-btn" id="earlier" type="button">load earlier events</button>'
-        f'<div id="events">{page.html}</div>'
-        '<button class="more-btn" id="later" type="button">load later events</button>'
-        "</section>"
-        '<aside class="side"><h2>The model\'s view</h2><div id="view">'
-        '<div class="sub">loading\u2026</div></div></aside></div></div>'
-    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from html import escape
 from urllib.parse import quote, urlencode
 
@@ -13,6 +14,7 @@ from sessionledger.eventlog import BaseStore, EventLogError, SessionState
 from sessionledger.projections import SearchHit, SessionInfo
 from sessionledger.replay import MASK, Item, Redaction, build_items, state_at
 
+from ._export_html import Heading
 from ._logindex import BadLine, LogIndex
 from ._render import render_badge, render_items, when
 from ._verifier import Verdict
@@ -223,3 +225,55 @@ def _with_bad_lines(html: str, items: list[Item], bad: list[BadLine]) -> str:
 def quoted(key: str) -> str:
     """``key`` for a URL query."""
     return quote(key, safe="")
+
+
+def quick_heading(index: LogIndex, key: str, redacted: list[str]) -> Heading:
+    assert index.header is not None
+    created = index.header.created_at
+    return Heading(
+        key, "", index.last_seq, index.head, -1, -1, "", created, created, tuple(redacted)
+    )
+
+
+def catalog_heading(
+    store: BaseStore, key: str, head: str, seq: int, redacted: list[str]
+) -> Heading:
+    rows = [r for r in projections.list_sessions(store, prefix=key) if r.key == key]
+    if not rows:
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        return Heading(key, "", seq, head, 0, 0, "?", epoch, epoch, tuple(redacted))
+    row = rows[0]
+    return Heading(
+        key,
+        "" if any(n == "metadata.title" for n in redacted) else row.title,
+        seq,
+        head,
+        row.messages,
+        row.tokens,
+        row.state,
+        row.created_at,
+        row.updated_at,
+        tuple(redacted),
+    )
+
+
+def session_controls(
+    base: int, head: int, target: int, page: TimelinePage, verdict: Verdict | None, key: str
+) -> str:
+    return (
+        f'<div id="session" data-key="{escape(key)}" data-base="{base}" data-head="{head}" '
+        f'data-first="{page.first}" data-last="{page.last}" data-at="{target}">'
+        f'<div class="travel"><span class="verify" id="badge">{badge(verdict)}</span>'
+        f'<input type="range" id="slider" min="{base}" max="{head}" value="{target}" '
+        'aria-label="time travel over seq">'
+        f'<span class="at" id="at">#{target} of #{head}</span>'
+        '<label>token budget <input type="number" id="budget" min="0" step="1000" value="0">'
+        "</label></div>"
+        '<div class="cols"><section class="timeline"><h2>Timeline</h2>'
+        '<button class="more-btn" id="earlier" type="button">load earlier events</button>'
+        f'<div id="events">{page.html}</div>'
+        '<button class="more-btn" id="later" type="button">load later events</button>'
+        "</section>"
+        '<aside class="side"><h2>The model\'s view</h2><div id="view">'
+        '<div class="sub">loading\u2026</div></div></aside></div></div>'
+    )

@@ -148,7 +148,14 @@
       const data = JSON.parse(ev.data);
       const following = at >= head;
       if (data.seq > head) head = data.seq;
-      if (last >= data.seq - 1 && !$("#e" + data.seq)) {
+      const waiting = data.cid ? $$(".call", events).find((c) => c.dataset.cid === data.cid) : null;
+      const slot = waiting ? $(".result.missing", waiting) : null;
+      if (slot) {
+        // The call is on the page, waiting for this result: show it there, once.
+        slot.replaceWith(html(data.result));
+        $("#e" + data.seq, waiting).classList.add("new");
+        last = Math.max(last, data.seq);
+      } else if (last >= data.seq - 1 && !$("#e" + data.seq)) {
         const frag = html(data.html);
         $$(".ev", frag).forEach((el) => el.classList.add("new"));
         events.append(frag);
