@@ -198,17 +198,16 @@ def render_view(view: ModelView) -> str:
     if view.hidden:
         parts.append(f'<div class="vrow out more">{view.hidden:,} earlier message(s) outside</div>')
     marked = False
+    summary = ""
     if view.summary is not None:
-        parts.append(_budget_line(view))
-        marked = True
-        parts.append(
+        summary = (
             '<div class="vrow in summary"><span class="vseq">summary</span>'
             f'<span class="vrole">system</span><span class="vtext">'
             f"{escape(_clip(str(view.summary.get('content', ''))))}</span></div>"
         )
     for row in view.rows:
         if row.included and not marked:
-            parts.append(_budget_line(view))
+            parts.append(_budget_line(view) + summary)
             marked = True
         role = escape(row.role or "?")
         if row.included:
@@ -230,7 +229,7 @@ def render_view(view: ModelView) -> str:
                 f'<span class="vtok">{row.tokens:,}</span></div>'
             )
     if not marked:
-        parts.append(_budget_line(view))
+        parts.append(_budget_line(view) + summary)
     return "".join(parts)
 
 
