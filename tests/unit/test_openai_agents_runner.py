@@ -24,7 +24,7 @@ from sessionledger.eventlog import (
     MemoryStore,
     Retracted,
 )
-from sessionledger.tools.openai_agents import EventLogSession
+from sessionledger.tools.openai_agents import EventLogSession, SessionClosedError
 
 pytestmark = pytest.mark.anyio
 set_tracing_disabled(True)  # no exporter: the runs here never leave the process
@@ -216,3 +216,25 @@ async def test_prune_prefix_trims_the_expired_oldest_items() -> None:
     )
     assert await snap.replace_suffix(0, [{"role": "user", "content": "S"}])
     assert await session.get_items() == [*items(4)[2:], {"role": "user", "content": "S"}]
+
+
+async def test_a_closed_session_refuses_every_call() -> None:
+    session = EventLogSession("chat", MemoryStore())
+    session.close()
+    with pytest.raises(SessionClosedError, match="EventLogSession is closed"):
+        await session.add_items([])
+    with pytest.raises(RuntimeError):
+        await session.get_items()
+
+
+async def test_validation_before_pop_withdraws_nothing_when_it_raises() -> None:
+    session = EventLogSession("chat", MemoryStore())
+    await session.add_items(items(2))
+
+    def reject(item: Any) -> None:
+        raise ValueError(item["content"])
+
+    with pytest.raises(ValueError, match="m1"):
+        await session._pop_item_with_validation(reject)
+    assert await session.get_items() == items(2)
+    assert await session._pop_item_with_validation(lambda item: None) == items(2)[1]

@@ -15,6 +15,7 @@ def bench_adapter(ctx: Context) -> list[Row]:
     from . import _nanobot_loop as script
 
     ours_side = script.ours()
+    bare_side = script.ours(views=False)
     theirs_side = script.nanobot() if ctx.nanobot is not None else None
     iterations = 20 if ctx.quick else 50
     rows: list[Row] = []
@@ -42,6 +43,27 @@ def bench_adapter(ctx: Context) -> list[Row]:
                 rate,
                 nb,
                 nanobot_what=f"add_message+save{'(fsync=True)' if fsync else ''} at {size:,} msgs",
+            )
+        )
+    for size in sizes:
+        # What the nanobot-format views cost: the same loop without them, alternating.
+        def with_views(size: int = size) -> float:
+            with ctx.scratch("adapter") as root:
+                return 1.0 / script.run_once(ours_side, root, size, iterations, False)
+
+        def without_views(size: int = size) -> float:
+            with ctx.scratch("adapter-bare") as root:
+                return 1.0 / script.run_once(bare_side, root, size, iterations, False)
+
+        rate, bare = medians(max(2, ctx.runs - 1), without_views, with_views)
+        rows.append(
+            Row(
+                "adapter",
+                f"tools.nanobot add_message+save without views (vs with), session of {size:,}",
+                "events/s",
+                rate,
+                bare,
+                nanobot_what=f"the same loop with views at {size:,} msgs",
             )
         )
     return rows

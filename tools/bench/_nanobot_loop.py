@@ -106,18 +106,18 @@ def run_once(side: Side, root: Path, size: int, iterations: int, fsync: bool) ->
     return elapsed / iterations
 
 
-def ours() -> Side:
-    """This library's drop-in."""
+def ours(*, views: bool = True) -> Side:
+    """This library's drop-in (with or without its nanobot-format views)."""
     from sessionledger.tools.nanobot import SessionManager
 
     def make(workspace: Path) -> _ManagerLike:
-        return SessionManager(workspace)
+        return SessionManager(workspace, views=views)
 
     def close(manager: _ManagerLike) -> None:
         assert isinstance(manager, SessionManager)
         manager.close()
 
-    return Side("ours", make, close)
+    return Side("ours" if views else "ours-noviews", make, close)
 
 
 def nanobot() -> Side | None:

@@ -91,6 +91,11 @@ class SessionManager:
         """
         return _compat.nanobot_stem(key)
 
+    @property
+    def legacy_sessions_dir(self) -> Path:
+        """nanobot's global pre-workspace sessions directory (migrated from on first access)."""
+        return _compat.legacy_sessions_dir()
+
     def _repair(self, key: str) -> Session | None:
         """nanobot's salvage hook (its web UI calls it when a file will not parse): the
         session as its log holds it, uncached; None when there is none."""

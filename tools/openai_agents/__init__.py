@@ -16,6 +16,12 @@ The SDK itself (``pip install 'sessionledger[openai-agents]'``) is needed only t
 """
 
 from ._items import ITEM_KEY, item_from_message, message_from_item
-from ._session import EventLogSession
+from ._session import EventLogSession, SessionClosedError
 
-__all__ = ("ITEM_KEY", "EventLogSession", "item_from_message", "message_from_item")
+__all__ = (
+    "ITEM_KEY",
+    "EventLogSession",
+    "SessionClosedError",
+    "item_from_message",
+    "message_from_item",
+)

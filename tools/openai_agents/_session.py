@@ -32,6 +32,7 @@ from sessionledger.eventlog import (
     SessionState,
     SessionWriter,
     Store,
+    StoreClosedError,
 )
 
 from . import _settings
@@ -48,6 +49,10 @@ _decode = msgspec.json.Decoder().decode
 _POP_RETRIES = 8
 
 Prune = Callable[[Any], bool]
+
+
+class SessionClosedError(StoreClosedError, RuntimeError):
+    """The session was closed; like the SDK's own sessions, it is a ``RuntimeError`` too."""
 
 
 def _copies(state: SessionState, start: int, stop: int | None = None) -> list[Any]:
@@ -96,6 +101,7 @@ class EventLogSession:
         self._awriter: AsyncSessionWriter | None = None
         self._lock = threading.Lock()
         self._alock: anyio.Lock | None = None
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"EventLogSession({self.session_id!r}, {self.store!r})"
@@ -104,6 +110,7 @@ class EventLogSession:
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with ``limit``, exactly the newest ``limit``."""
+        self._check_open()
         if limit is None:
             limit = _settings.limit_of(self.session_settings)
         state = await self._state()
@@ -115,6 +122,7 @@ class EventLogSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append items, one ``message`` event each, in order."""
+        self._check_open()
         messages = _checked(self.session_id, items)
         if not messages:
             return
@@ -136,12 +144,25 @@ class EventLogSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Withdraw the newest item (a ``retracted`` event) and return it; None when empty."""
+        self._check_open()
         if self._async:
             return await self._apop()
         return await self._run(self._pop)
 
+    async def _pop_item_with_validation(
+        self, validate: Callable[[Any], None] | None = None
+    ) -> TResponseInputItem | None:
+        """``pop_item`` that first passes the newest item to ``validate`` (in a worker thread);
+        when it raises, nothing is withdrawn. The SDK's ``EncryptedSession`` calls this on the
+        sessions it treats as SQLite ones, to authenticate before it removes."""
+        self._check_open()
+        if self._async:
+            return await self._apop(validate)
+        return await anyio.to_thread.run_sync(lambda: self._pop(validate))
+
     async def clear_session(self) -> None:
         """Drop every item (a ``cleared`` event)."""
+        self._check_open()
         if self._async:
             awriter = await self._aopen(create=False)
             if awriter is not None:
@@ -168,7 +189,11 @@ class EventLogSession:
     # -- beyond the protocol -----------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the log (and close a store this session opened); sync stores only."""
+        """Release the log (and close a store this session opened); sync stores only.
+
+        Every later call raises :class:`SessionClosedError`.
+        """
+        self._closed = True
         with self._lock:
             writer, self._writer = self._writer, None
         if self._owns_store:
@@ -178,6 +203,7 @@ class EventLogSession:
 
     async def aclose(self) -> None:
         """Release the log, with a sync or an async store."""
+        self._closed = True
         if self._async:
             writer, self._awriter = self._awriter, None
             if writer is not None:
@@ -186,6 +212,10 @@ class EventLogSession:
         self.close()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"{type(self).__name__} is closed")
 
     async def _run(self, fn: Callable[[], _T]) -> _T:
         if self._offload:
@@ -225,7 +255,7 @@ class EventLogSession:
         self._awriter = await store.session(self.session_id)
         return self._awriter
 
-    def _pop(self) -> TResponseInputItem | None:
+    def _pop(self, validate: Callable[[Any], None] | None = None) -> TResponseInputItem | None:
         writer = self._open(create=False)
         if writer is None:
             return None
@@ -235,6 +265,8 @@ class EventLogSession:
                 return None
             seq = writer.seq
             item = _copies(writer.state, len(live) - 1)[0]
+            if validate is not None:
+                validate(_decode(_encode(item)))
             try:
                 writer.retract(1, expected_seq=seq)
             except ConflictError:
@@ -243,7 +275,9 @@ class EventLogSession:
             return cast("TResponseInputItem", item)
         raise ConflictError(self.session_id, writer.seq, writer.seq)
 
-    async def _apop(self) -> TResponseInputItem | None:
+    async def _apop(
+        self, validate: Callable[[Any], None] | None = None
+    ) -> TResponseInputItem | None:
         writer = await self._aopen(create=False)
         if writer is None:
             return None
@@ -252,6 +286,8 @@ class EventLogSession:
             if not live:
                 return None
             item = _copies(writer.state, len(live) - 1)[0]
+            if validate is not None:
+                await anyio.to_thread.run_sync(validate, _decode(_encode(item)))
             await writer.retract(1, expected_seq=writer.seq)
             return cast("TResponseInputItem", item)
 
