@@ -132,3 +132,15 @@ def test_cli_export_readable_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main([*base, KEY, "--format", "html", "-o", str(link)]) == 2
     assert "symbolic link" in capsys.readouterr().err
     assert not (tmp_path / "elsewhere.html").exists()
+
+
+def test_cli_serve_refuses_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _file_store(tmp_path)
+    assert main(["serve", "--store", str(root), "--port", "70000"]) == 2
+    assert "--port must be 1..65535" in capsys.readouterr().err
+    assert main(["serve", "--store", str(root), "--redact", "a.b.c"]) == 2
+    assert "cannot redact" in capsys.readouterr().err
+    assert main(["serve", "--store", str(tmp_path / "none")]) == 2
+    assert "no store at" in capsys.readouterr().err

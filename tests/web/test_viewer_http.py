@@ -13,7 +13,7 @@ pytest.importorskip("starlette", reason="the viewer needs the web extra: pip ins
 from starlette.testclient import TestClient
 from web_sample import KEY, LONG, fixed_log
 
-from sessionledger.eventlog import FileStore
+from sessionledger.eventlog import BaseStore, FileStore
 from sessionledger.replay import Redaction
 from sessionledger.tools.web import create_app
 
@@ -29,7 +29,7 @@ def store(tmp_path: Path) -> Iterator[FileStore]:
         yield store
 
 
-def client(store: FileStore, **kw: object) -> TestClient:
+def client(store: BaseStore, **kw: object) -> TestClient:
     return TestClient(create_app(store, verify_interval=0.05, **kw))  # type: ignore[arg-type]
 
 
@@ -150,3 +150,48 @@ def test_keys_that_need_quoting(store: FileStore) -> None:
         assert page.status_code == 200
         assert "<script>" not in page.text and "<b>not bold" not in page.text
         assert "&lt;b&gt;not bold&lt;/b&gt;" in page.text
+
+
+def test_the_viewer_over_a_memory_store() -> None:
+    from sessionledger.eventlog import MemoryStore
+
+    store = MemoryStore()
+    store.import_bytes(KEY, fixed_log())
+    with client(store) as c:
+        assert c.get("/api/sessions").json()["total"] == 1
+        page = c.get("/session", params={"key": KEY})
+        assert page.status_code == 200 and "web_search" in page.text
+        assert c.get("/api/view", params={"key": KEY, "seq": 5}).json()["seq"] == 5
+        assert c.get("/api/verify", params={"key": KEY}).json()["ok"] is True
+        part = c.get("/api/timeline", params={"key": KEY, "around": 6, "limit": 3}).json()
+        assert (part["first"], part["last"]) == (5, 7)
+
+
+@pytest.mark.postgres
+def test_the_viewer_over_postgresql() -> None:
+    import os
+    import uuid
+
+    from sessionledger.eventlog import PostgresStore
+
+    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
+    if not dsn:
+        pytest.skip("PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(dsn, schema=schema)
+    try:
+        assert store.import_bytes(KEY, fixed_log()) == "created"
+        with client(store) as c:
+            assert c.get("/api/sessions", params={"q": "kyoto"}).json()["total"] == 1
+            page = c.get("/session", params={"key": KEY})
+            assert page.status_code == 200 and 'data-head="12"' in page.text
+            assert "At #12" in c.get("/api/view", params={"key": KEY}).json()["html"]
+            assert c.get("/api/verify", params={"key": KEY}).json()["ok"] is True
+            heading = c.get("/api/heading", params={"key": KEY}).text
+            assert "Kyoto trip" in heading
+    finally:
+        store.close()
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
