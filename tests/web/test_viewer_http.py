@@ -121,8 +121,11 @@ def test_verify_badge_names_the_first_bad_line(store: FileStore) -> None:
         assert "line 9" in verdict["html"]
         page = c.get("/session", params={"key": KEY})
         assert page.status_code == 200
-        assert 'class="bad-line" data-line="9"' in page.text  # shown, and the rest still is
-        assert "Nara deer park" in page.text
+        text = page.text
+        assert 'class="bad-line" data-line="9"' in text  # shown in its place, and the rest too
+        note = text.index('class="bad-line" data-line="9"')
+        assert text.index('id="e7"') < note < text.index('id="e9"')
+        assert 'id="e8"' not in text and "Nara deer park" in text
 
 
 def test_redaction_and_no_hash_key(store: FileStore) -> None:

@@ -54,7 +54,7 @@ from ._pages import (
     timeline_page,
 )
 from ._readonly import ReadOnly
-from ._render import render_result, render_view
+from ._render import render_result, render_view, text_of
 from ._verifier import Verifier
 
 _STATIC = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
@@ -286,9 +286,7 @@ def create_app(
             items = replay.build_items(events, redaction=redaction)
             if not items or items[0].kind != "message":
                 raise _BadRequest(f"seq {seq} is not a message of {key!r}")
-            from ._render import _text_of
-
-            value = items[0].reasoning if part == "reasoning" else _text_of(items[0].content)
+            value = items[0].reasoning if part == "reasoning" else text_of(items[0].content)
             return escape(value or "")
 
         return HTMLResponse(await run(build))

@@ -12,10 +12,10 @@ from urllib.parse import quote, urlencode
 from sessionledger import projections
 from sessionledger.eventlog import BaseStore, EventLogError, SessionState
 from sessionledger.projections import SearchHit, SessionInfo
-from sessionledger.replay import MASK, Item, Redaction, build_items, state_at
+from sessionledger.replay import MASK, Redaction, build_items, state_at
 
 from ._export_html import Heading
-from ._logindex import BadLine, LogIndex
+from ._logindex import LogIndex
 from ._render import render_badge, render_items, when
 from ._verifier import Verdict
 
@@ -199,8 +199,15 @@ def timeline_page(
         items = build_items(page, state_for=state_for, following=following, redaction=redaction)
     except EventLogError:  # a state before a bad line cannot be had: describe without it
         items = build_items(page, following=following, redaction=redaction)
-    html = render_items(items, lazy=lazy_url, jump=_jump(index.key))
-    html = _with_bad_lines(html, items, [b for b in bad if b.seq <= hi or b.seq < 0])
+    notes = {
+        b.seq if b.seq >= 0 else hi: (
+            f'<div class="bad-line" data-line="{b.line}">line {b.line}'
+            f"{f' (seq {b.seq})' if b.seq >= 0 else ''} fails its check: {escape(b.reason)}</div>"
+        )
+        for b in bad
+        if b.seq <= hi
+    }
+    html = render_items(items, lazy=lazy_url, jump=_jump(index.key), notes=notes)
     return TimelinePage(html, lo, hi, index.last_seq)
 
 
@@ -209,17 +216,6 @@ def _jump(key: str) -> Callable[[int], str]:
         return f"{session_url(key)}&at={seq}#e{seq}"
 
     return jump
-
-
-def _with_bad_lines(html: str, items: list[Item], bad: list[BadLine]) -> str:
-    if not bad:
-        return html
-    notes = "".join(
-        f'<div class="bad-line" data-line="{b.line}">line {b.line}'
-        f"{f' (seq {b.seq})' if b.seq >= 0 else ''} fails its check: {escape(b.reason)}</div>"
-        for b in bad
-    )
-    return notes + html
 
 
 def quoted(key: str) -> str:

@@ -31,7 +31,8 @@ def when(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """A message's content as text: a string as it is, text parts joined, anything else JSON."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -87,7 +88,7 @@ def render_result(result: Item, lazy: Lazy = None) -> str:
         f'<div class="result-head"><a class="seq" href="#e{result.seq}">#{result.seq}</a> '
         f'result <span class="tok">{result.tokens:,} tok</span> '
         f"<time>{when(result.ts)}</time></div>"
-        f"{folded(_text_of(result.content), 'text mono', result.seq, 'content', lazy)}</div>"
+        f"{folded(text_of(result.content), 'text mono', result.seq, 'content', lazy)}</div>"
     )
 
 
@@ -116,7 +117,7 @@ def _message(item: Item, lazy: Lazy) -> str:
     if item.reasoning:
         parts.append('<div class="reasoning-label">reasoning</div>')
         parts.append(folded(item.reasoning, "text reasoning", item.seq, "reasoning", lazy))
-    text = _text_of(item.content)
+    text = text_of(item.content)
     if item.role == "tool":
         what = f"result of {escape(item.tool_call_id)}" if item.tool_call_id else "tool result"
         parts.append(f'<div class="orphan">{what}; its call is not on this page</div>')
@@ -161,18 +162,27 @@ def _anchor(seq: int) -> str:
 
 
 def render_items(
-    items: list[Item], *, lazy: Lazy = None, jump: Callable[[int], str] = _anchor
+    items: list[Item],
+    *,
+    lazy: Lazy = None,
+    jump: Callable[[int], str] = _anchor,
+    notes: dict[int, str] | None = None,
 ) -> str:
-    """The timeline markup of ``items`` (a tool result paired on the page is shown once)."""
+    """The timeline markup of ``items`` (a tool result paired on the page is shown once);
+    ``notes`` are markup put in seq order among them (e.g. a line that failed its check)."""
     shown = {c.result.seq for i in items for c in i.tool_calls if c.result is not None}
+    pending = sorted((notes or {}).items())
     out: list[str] = []
     for item in items:
+        while pending and pending[0][0] < item.seq:
+            out.append(pending.pop(0)[1])
         if item.kind == "message":
             if item.answers is not None and item.seq in shown:
                 continue
             out.append(_message(item, lazy))
         else:
             out.append(_event(item, jump))
+    out.extend(note for _, note in pending)
     return "\n".join(out)
 
 
@@ -211,7 +221,7 @@ def render_view(view: ModelView) -> str:
             marked = True
         role = escape(row.role or "?")
         if row.included:
-            text = _clip(_text_of((row.entry or {}).get("content")))
+            text = _clip(text_of((row.entry or {}).get("content")))
             if not text and row.entry and row.entry.get("tool_calls"):
                 text = "(tool calls)"
             parts.append(
