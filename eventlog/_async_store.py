@@ -34,7 +34,7 @@ from ._names import check_key
 from ._store import BaseStore
 from ._store_types import LoadedLog, OpenReport
 from ._tokens import TokenCounter
-from ._values import check_fields
+from ._values import encode_checked
 from ._writer import Durability
 
 _T = TypeVar("_T")
@@ -104,7 +104,7 @@ class AsyncBaseStore:
         """
         key = check_key(key)
         if metadata:
-            check_fields(metadata, "metadata")
+            encode_checked(metadata, "metadata")
         return await self._session(key, create=True, metadata=metadata)
 
     async def open(self, key: str) -> AsyncSessionWriter:

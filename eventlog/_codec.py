@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ._errors import InvalidEventError
 from ._events import (
     FORMAT_NAME,
     Event,
@@ -53,11 +54,20 @@ _UNREADABLE: Final = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
 
 
 def normalize_key(hash_key: bytes | str | None) -> bytes:
-    """Return the blake2b key bytes for a secret given as bytes or text (empty: unkeyed)."""
+    """Return the blake2b key bytes for a secret given as bytes or text (None: unkeyed).
+
+    Raises:
+        InvalidEventError: an empty secret (it would silently mean an unkeyed store).
+    """
     if hash_key is None:
         return b""
+    if not isinstance(hash_key, str | bytes | bytearray):
+        raise InvalidEventError(f"hash_key must be bytes or str, not {type(hash_key).__name__}")
+    if not hash_key:
+        raise InvalidEventError("hash_key is empty; pass None for an unkeyed store")
     if isinstance(hash_key, str):
         hash_key = hash_key.encode()
+    hash_key = bytes(hash_key)
     if len(hash_key) > 64:
         # blake2b keys are at most 64 bytes; longer secrets are condensed first.
         hash_key = blake2b(hash_key, digest_size=64).digest()

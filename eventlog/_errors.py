@@ -47,6 +47,20 @@ class NotALogError(EventLogError):
         self.reason = reason
 
 
+class NewerFormatError(EventLogError):
+    """A log was written in a newer format version than this library writes: it can be read
+    (unknown events pass through) but not appended to; nothing was changed."""
+
+    def __init__(self, path: str, version: int, known: int) -> None:
+        super().__init__(
+            f"{path}: format version {version} is newer than this library writes ({known}); "
+            "it can be read but not appended to (nothing was written)"
+        )
+        self.path = path
+        self.version = version
+        self.known = known
+
+
 class SessionNotFoundError(EventLogError, KeyError):
     """No session with that key exists in the store."""
 

@@ -60,6 +60,7 @@ from ._safeio import (
     storage_error,
     write_atomic,
 )
+from ._seal import seal, unseal
 from ._store import BaseStore
 from ._tokens import TokenCounter
 from ._views import LogStat
@@ -459,12 +460,12 @@ class FileStore(BaseStore):
             write_atomic(str(self.root), self.snapshot_path(key).name, data)
 
     def catalog_bytes(self) -> bytes | None:
-        """The stored session catalog (None when there is none)."""
-        return read_view(str(self.root / CATALOG_NAME))
+        """The stored session catalog (None when there is none, or, keyed, its seal is bad)."""
+        return unseal(read_view(str(self.root / CATALOG_NAME)), self.hash_key)
 
     def put_catalog(self, data: bytes) -> None:
-        """Replace the session catalog atomically."""
-        write_atomic(str(self.root), CATALOG_NAME, data)
+        """Replace the session catalog atomically (sealed with the key of a keyed store)."""
+        write_atomic(str(self.root), CATALOG_NAME, seal(data, self.hash_key))
 
     def scan_logs(self) -> list[LogStat]:
         """Every log file (name, size, inode, mtime) from one directory scan."""

@@ -20,17 +20,18 @@ from ._errors import (
     CorruptLogError,
     InvalidEventError,
     LockedError,
+    NewerFormatError,
     NotALogError,
     SessionNotFoundError,
     StoreClosedError,
 )
-from ._events import Event, Header
+from ._events import FORMAT_VERSION, Event, Header
 from ._fold import SessionState, fold
 from ._lifecycle import LifecycleOps
 from ._names import check_key
 from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
-from ._values import check_fields
+from ._values import encode_checked
 from ._views import ViewStorage
 from ._writer import Durability, SessionWriter, check_durability, new_event_id
 
@@ -410,6 +411,8 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
         if decoded.bad is not None:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
         assert decoded.header is not None
+        if decoded.header.version > FORMAT_VERSION:  # read it, never append to it
+            raise NewerFormatError(self._describe(key), decoded.header.version, FORMAT_VERSION)
         report = OpenReport(key)
         if decoded.torn is not None:
             torn = decoded.torn
@@ -440,4 +443,4 @@ def _check_metadata(metadata: Mapping[str, Any]) -> None:
     """Raise :class:`InvalidEventError` (before anything is written) for a value JSON cannot carry."""
     if not isinstance(metadata, Mapping):
         raise InvalidEventError(f"metadata must be a dict, not {type(metadata).__name__}")
-    check_fields(metadata, "metadata")
+    encode_checked(metadata, "metadata")

@@ -9,11 +9,13 @@ state folded from disk:
 - ``list`` of such values, ``dict`` with ``str`` keys and such values;
 - nested at most :data:`MAX_DEPTH` containers deep.
 
-Exact types only: ``tuple``, ``set``, ``bytes``, ``datetime``, ``Decimal``, ``UUID``, enums,
-pydantic models and every other object are refused with :class:`InvalidEventError` naming the
-field, because JSON would carry them as something else (a list, base64 text, a string) and a
-reopened session would differ from the live one. Convert first (``model.model_dump()``,
-``list(t)``, ``dt.isoformat()``).
+The test is that the value reads back equal from its JSON (:func:`encode_checked`: encode,
+decode, compare; the hot path), so ``tuple``, ``set``, ``bytes``, ``datetime``, ``Decimal``,
+``UUID``, plain enums, pydantic models and every other object are refused with
+:class:`InvalidEventError` naming the field, because JSON would carry them as something else (a
+list, base64 text, a string) and a reopened session would differ from the live one. Convert
+first (``model.model_dump()``, ``list(t)``, ``dt.isoformat()``). Subclasses of ``str``,
+``int``, ``dict`` and ``list`` (``StrEnum``, ``OrderedDict``) read back equal and are taken.
 
 The reader enforces the same depth: an event line nests :data:`LINE_MAX_DEPTH` containers at
 most (the value's own, plus the event object and the field that holds it), and a deeper line is
@@ -28,7 +30,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+import msgspec
+
 from ._errors import InvalidEventError
+from ._jsonbytes import encode_json
 
 #: How many containers (lists, dicts) deep a value may nest; ``[[1]]`` is 2 deep.
 MAX_DEPTH: Final = 64
@@ -61,9 +66,6 @@ def _kind(value: object) -> str:
     }
     if cls in hints:
         return hints[cls]
-    for base in (str, int, float, dict, list):
-        if isinstance(value, base):
-            return f"a {cls.__name__} (a subclass of {base.__name__}; pass a plain {base.__name__})"
     return f"a {cls.__module__}.{cls.__qualname__}, not a JSON type (convert it first)"
 
 
@@ -71,15 +73,15 @@ def _walk(value: object, depth: int) -> None:
     cls = type(value)
     if cls is str or cls is int or cls is bool or value is None:
         return
-    if cls is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
+    if isinstance(value, float):
+        if not math.isfinite(value):
             raise _Refused(f"{value!r} is not a JSON number")
         return
-    if cls is dict:
+    if isinstance(value, dict):
         if depth >= MAX_DEPTH:
             raise _Refused(f"nested deeper than {MAX_DEPTH} containers")
-        for name, item in value.items():  # type: ignore[attr-defined]
-            if type(name) is not str:
+        for name, item in value.items():
+            if not isinstance(name, str):
                 raise _Refused(f"key {name!r} is a {type(name).__name__}; JSON object keys are str")
             kind = type(item)
             if kind is str or kind is int or kind is bool or item is None:
@@ -90,10 +92,10 @@ def _walk(value: object, depth: int) -> None:
                 exc.path.append(f"[{name!r}]")
                 raise
         return
-    if cls is list:
+    if isinstance(value, list):
         if depth >= MAX_DEPTH:
             raise _Refused(f"nested deeper than {MAX_DEPTH} containers")
-        for index, item in enumerate(value):  # type: ignore[arg-type]
+        for index, item in enumerate(value):
             kind = type(item)
             if kind is str or kind is int or kind is bool or item is None:
                 continue
@@ -103,6 +105,8 @@ def _walk(value: object, depth: int) -> None:
                 exc.path.append(f"[{index}]")
                 raise
         return
+    if isinstance(value, str | int) and not hasattr(cls, "model_dump"):
+        return  # a str or int subclass (StrEnum, IntEnum) is written and read back equal
     raise _Refused(f"is {_kind(value)}")
 
 
@@ -127,6 +131,45 @@ def check_fields(mapping: Mapping[Any, Any], what: str) -> None:
         if kind is str or kind is int or kind is bool or item is None:
             continue
         check_value(item, f"{what} field {name!r}")
+
+
+_decode = msgspec.json.Decoder().decode
+_ENCODE_ERRORS: Final = (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError)
+
+
+def encode_checked(mapping: Mapping[str, Any], what: str) -> bytes:
+    """``mapping`` as the log writes it, if it follows the policy (the hot path: messages).
+
+    Cheaper than walking the value: encode, then check that the bytes decode back equal and do
+    not nest too deep. Only a value that fails is walked, to name the field.
+    """
+    try:
+        data = encode_json(mapping)
+    except _ENCODE_ERRORS as exc:
+        check_fields(mapping, what)
+        for name, item in mapping.items():  # a lone surrogate: name the field it is in
+            try:
+                encode_json(item)
+            except _ENCODE_ERRORS:
+                raise InvalidEventError(f"{what} field {name!r}: {exc}") from None
+        raise InvalidEventError(f"{what}: not JSON-serialisable: {exc}") from None
+    for name, item in mapping.items():
+        kind = type(item)
+        if type(name) is not str or not (
+            kind is str or kind is int or kind is bool or item is None
+        ):
+            break
+    else:
+        return data  # flat text and numbers (most messages): nothing can change on the way
+    limit = MAX_DEPTH + 1  # the mapping itself is one level
+    if (data.count(b"[") + data.count(b"{") > limit and nesting(data) > limit) or _decode(
+        data
+    ) != mapping:
+        check_fields(mapping, what)
+        raise InvalidEventError(
+            f"{what}: a value does not read back as written"
+        )  # pragma: no cover
+    return data
 
 
 def nesting(data: bytes) -> int:

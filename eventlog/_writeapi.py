@@ -47,10 +47,9 @@ from ._events import (
     UsageRecorded,
 )
 from ._fold import SessionState
-from ._jsonbytes import encode_json
 from ._portable import portable
 from ._tokens import TokenCounter
-from ._values import check_fields
+from ._values import encode_checked
 
 _encode = msgspec.json.Encoder().encode
 _R = TypeVar("_R")
@@ -122,6 +121,10 @@ def stage(
         done = state.ids.get(event_id)
         if done is not None:
             return done
+        if event_id == state.id:  # the header's id: every store refuses it the same way
+            raise InvalidEventError(
+                f"session {key!r}: event id {event_id!r} is the session header's id"
+            )
     if expected_seq is not None and expected_seq != state.seq:
         raise ConflictError(key, expected_seq, state.seq)
     event = draft.make(state, state.seq + 1, datetime.now(UTC), event_id or new_event_id())
@@ -261,16 +264,13 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise InvalidEventError(f"message role must be a non-empty str, not {role!r}")
-        check_fields(message, "message")
         msg = dict(message)
+        # Encoded once, here, outside the writer lock; refused unless it reads back as given.
+        body = msgspec.Raw(encode_checked(msg, "message"))
         try:
             tokens = int(self._count_tokens(msg))
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             raise InvalidEventError(f"message cannot be counted: {_unserialisable(msg)}") from exc
-        try:
-            body = msgspec.Raw(encode_json(msg))  # encoded once, here, outside the writer lock
-        except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
-            raise InvalidEventError(f"session {self.key!r}: {_unserialisable(msg)}") from exc
 
         def make(_s: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
             event = MessageAppended(seq=seq, ts=ts, id=eid, body=body, tokens=tokens)
@@ -292,7 +292,7 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
             raise InvalidEventError("unset takes a list of keys, not one str")
         values = dict(set or {})
         removed = list(unset)
-        check_fields(values, "metadata")
+        encode_checked(values, "metadata")
         for name in removed:
             if not isinstance(name, str):
                 raise InvalidEventError(f"metadata keys must be str, not {name!r}")
@@ -349,7 +349,7 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
             _check_count("removed", removed)
         if kept is not None:
             _check_count("kept", kept)
-        check_fields(extra, "compaction")
+        encode_checked(extra, "compaction")
 
         def make(state: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
             _check_live(state, "upto", upto)

@@ -5,6 +5,8 @@ Invariants:
   not shrunk below the row's offset, and its first new line chains from the row's head (hash
   recomputed); otherwise the log is read whole, and a log whose lines a row cannot follow is
   folded (from its snapshot when it has one).
+- In a keyed store, only lines that verify under the key reach a row: a forged line and every
+  line after it are left out (the log itself is left alone; ``verify`` reports it).
 - A file whose first line is not a valid header naming a key stored under that file's name is
   not a log of this store: it gets an entry with no row (so it is not read again unchanged).
 """
@@ -25,6 +27,7 @@ from sessionledger.eventlog import (
     chain_hash,
     initial_state,
     split_hash,
+    verify_chain,
 )
 
 from ._catalog_file import Entry, entry_of
@@ -54,6 +57,7 @@ def _advance(store: BaseStore, st: LogStat, row: Row) -> Row | None:
     data = got[1]
     if not chains_from(data, row.info.head, store.hash_key):
         return None
+    data = _verified(data, row.info.head, store.hash_key)
     head = last_hash(data)
     return row if head is None else advance(row, data, row.offset, head)
 
@@ -67,6 +71,7 @@ def _read_whole(store: BaseStore, st: LogStat) -> tuple[Entry, Row | None] | Non
     if header is None:
         return entry_of(st.name, st.size, st.ino, st.mtime_ns, None), None
     start = data.find(b"\n") + 1
+    data = data[:start] + _verified(data[start:], header_hash(data), store.hash_key)
     row: Row | None = row_from_state(initial_state(header), start)
     head = last_hash(data[start:])
     if head is not None and row is not None:
@@ -76,6 +81,24 @@ def _read_whole(store: BaseStore, st: LogStat) -> tuple[Entry, Row | None] | Non
         if row is None:
             return None
     return entry_of(st.name, st.size, st.ino, st.mtime_ns, row), row
+
+
+def _verified(data: bytes, prev_h: str, key: bytes) -> bytes:
+    """With a keyed store, the lines of ``data`` that verify under the key (a forged line and
+    everything after it are left out of the row; ``verify`` reports them)."""
+    if not key:
+        return data
+    check = verify_chain(data, key=key, prev_h=prev_h)
+    if not check.problems:
+        return data
+    return data[: check.problems[0].offset]
+
+
+def header_hash(data: bytes) -> str:
+    """The hash field of the first line (the header, already checked by the caller)."""
+    parts = split_hash(data[: data.find(b"\n")])
+    assert parts is not None
+    return parts[1]
 
 
 def _header_of(store: BaseStore, name: str, data: bytes) -> Header | None:

@@ -69,7 +69,10 @@ def open_store(
 ) -> BaseStore:
     """Open the store at ``location`` (a directory, or a ``postgresql://`` DSN)."""
     location = location or os.environ.get(STORE_ENV) or DEFAULT_STORE
-    hash_key = hash_key or os.environ.get(HASH_KEY_ENV) or None
+    if hash_key is None:
+        hash_key = os.environ.get(HASH_KEY_ENV)
+    if hash_key == "":  # never silently an unkeyed store
+        raise CliError(f"the hash key is empty (--hash-key or {HASH_KEY_ENV}); omit it instead")
     if location.startswith(("postgresql://", "postgres://")):
         return _open_postgres(location, hash_key, schema or "sessionlog")
     if schema is not None:

@@ -1,7 +1,9 @@
 """``python -m sessionledger.tools.soak``: run every reliability scenario many times and print the figures.
 
 Defaults are the soak sizes (5,000 kills, 2,000 faults, 20,000 fuzzed inputs of each kind, a
-60 s load run, exhaustive tampering of keyed and unkeyed samples); ``--only`` picks scenarios.
+60 s load run, exhaustive tampering of keyed and unkeyed samples, 300 restore/cleanup races of
+four processes with planted trash entries, 1,000 rounds of hostile files, values, full disks and
+forged keyed logs); ``--only`` picks scenarios.
 Exit status 1 (and the broken claim on stderr) when a guarantee failed.
 """
 
@@ -22,10 +24,12 @@ from ._checks import ClaimFailed
 from ._crash import run_crashes
 from ._faults import run_faults
 from ._fuzz import run_fuzz
+from ._hostile import run_hostile
 from ._load import run_load
 from ._tamper import run_tamper
+from ._trashrace import run_trash_race
 
-SCENARIOS = ("crash", "faults", "fuzz", "tamper", "load")
+SCENARIOS = ("crash", "faults", "fuzz", "tamper", "load", "trash", "hostile")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--byte-step", type=int, default=1, help="tamper with every n-th byte")
     p.add_argument("--seconds", type=float, default=60.0, help="length of the load run")
     p.add_argument("--processes", type=int, default=4, help="worker processes under load")
+    p.add_argument("--trash-rounds", type=int, default=300, help="restore/cleanup races")
+    p.add_argument("--hostile-rounds", type=int, default=1000, help="hostile file/value rounds")
     p.add_argument("--threads", type=int, default=6, help="threads or tasks per worker")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
@@ -102,6 +108,14 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 )
                 tampered.append({**dataclasses.asdict(figures), "total": figures.total})
         out["tamper"] = tampered
+    if "trash" in only:
+        out["trash"] = dataclasses.asdict(
+            run_trash_race(root / "trash", args.trash_rounds, seed=args.seed)
+        )
+    if "hostile" in only:
+        out["hostile"] = dataclasses.asdict(
+            run_hostile(root / "hostile", args.hostile_rounds, seed=args.seed)
+        )
     if "load" in only:
         out["load"] = dataclasses.asdict(
             run_load(
@@ -126,6 +140,10 @@ def summary(figures: dict[str, Any]) -> dict[str, int]:
         "inputs_fuzzed": figures.get("fuzz", {}).get("inputs", 0),
         "tampered_logs_caught": sum(t["total"] for t in figures.get("tamper", [])),
         "load_events": figures.get("load", {}).get("events_in_logs", 0),
+        "trash_races": figures.get("trash", {}).get("rounds", 0),
+        "conversations_checked": figures.get("trash", {}).get("conversations_checked", 0),
+        "hostile_operations": figures.get("hostile", {}).get("operations", 0),
+        "values_tried": figures.get("hostile", {}).get("values_tried", 0),
         "events_lost": 0,  # any loss raises ClaimFailed before we get here
     }
 

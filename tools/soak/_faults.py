@@ -1,7 +1,7 @@
 """I/O faults: ENOSPC and EIO at write and at fsync, short writes, on a real file store.
 
 Faults are injected by swapping the two indirections ``eventlog._filestore`` exposes for this
-purpose (``_write`` and ``_fsync``). What each fault must do (the store's documented contract):
+purpose (``_write`` and ``_fsync``), and ``eventlog._safeio._write`` for side files. What each fault must do (the store's documented contract):
 
 - a failed write, or a short write followed by a failure, raises ``StorageError`` (action
   ``append``); the log is byte for byte what it was (the partial line is cut back), the writer's
@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessionledger.eventlog import FileStore, SessionWriter, StorageError, _filestore, decode_log
+from sessionledger.eventlog import (
+    FileStore,
+    SessionWriter,
+    StorageError,
+    _filestore,
+    _safeio,
+    decode_log,
+)
 
 from ._checks import ClaimFailed, check_acknowledged, claim
 
@@ -55,6 +62,17 @@ def inject(*, write: WriteFn | None = None, fsync: SyncFn | None = None) -> Iter
     finally:
         setattr(_filestore, "_write", saved[0])  # noqa: B010
         setattr(_filestore, "_fsync", saved[1])  # noqa: B010
+
+
+@contextlib.contextmanager
+def inject_side(write: WriteFn) -> Iterator[None]:
+    """Replace the ``write`` of side files (quarantine, trash entries, snapshots, catalog)."""
+    saved = _safeio._write
+    setattr(_safeio, "_write", write)  # noqa: B010 - the module's own indirection
+    try:
+        yield
+    finally:
+        setattr(_safeio, "_write", saved)  # noqa: B010
 
 
 def failing(code: int) -> Callable[..., Any]:
