@@ -13,6 +13,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -240,18 +241,33 @@ class LifecycleOps:
             SessionNotFoundError: no session ``key``.
             InvalidEventError: no ended conversation of ``key`` began at ``start_seq``.
         """
-        from ._events import ConversationResumed
-        from ._writeapi import Draft, new_event_id
+        from ._writeapi import new_event_id
 
         writer = self._existing(key)
         op = id or new_event_id()
         old = self._conversation_at(key, start_seq)
+        # A store that can group appends into one transaction (PostgreSQL) writes the resume at
+        # once; elsewhere the event ids make a retry with the same ``id`` finish it.
+        group = getattr(self, "batch", None)
+        scope = group(key) if callable(group) else contextlib.nullcontext(writer)
+        with scope as writer:
+            seq, final = self._resume_events(writer, old, start_seq, op, by)
+        if final is not None:
+            self._ended(final, "new")
+        return seq
+
+    def _resume_events(
+        self, writer: SessionWriter, old: SessionState, start_seq: int, op: str, by: str | None
+    ) -> tuple[int, SessionState | None]:
+        from ._events import ConversationResumed
+        from ._writeapi import Draft
+
         state = writer.state
+        final = None
         started = f"{op}:resumed" in state.ids
         if not started and (state.messages or state.metadata.get("title") is not None):
             final = state.copy()
             writer.clear(reason="new", unset=("title",), id=f"{op}:end")
-            self._ended(final, "new")
         ended = next(e for e in writer.state.ended if e.start_seq == start_seq)
         count = len(old.messages)
 
@@ -288,7 +304,7 @@ class LifecycleOps:
             )
         if writer.state.lifecycle != "active":
             writer.set_lifecycle("active", id=f"{op}:active")
-        return seq
+        return seq, final
 
     def _conversation_at(self, key: str, start_seq: int) -> SessionState:
         """The state of ``key`` as the ended conversation that began at ``start_seq`` ended."""

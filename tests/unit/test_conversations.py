@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sessionledger import history, replay
 from sessionledger.eventlog import (
     BaseStore,
+    ConversationResumed,
     FileStore,
     Header,
     InvalidEventError,
@@ -231,3 +233,36 @@ def test_catalog_of_a_fresh_process_agrees(tmp_path: Path) -> None:
         assert list_conversations(store) == before
         replay.recover(store)  # rebuilds the catalog from the logs alone
         assert list_conversations(store) == before
+
+
+def test_a_resume_cut_short_finishes_on_retry(
+    store: BaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _three_conversations(store)
+    writer = store.session(KEY)
+    before = writer.state.seq
+    real = type(writer).append_message_dict
+    calls = {"n": 0}
+
+    def failing(self: Any, message: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full (injected)")
+        return real(self, message, **kwargs)
+
+    monkeypatch.setattr(type(writer), "append_message_dict", failing)
+    with pytest.raises(OSError, match="injected"):
+        store.resume(KEY, 0, id="r1")
+    monkeypatch.undo()
+    if hasattr(store, "batch"):  # one transaction: nothing of it was written
+        assert store.state(KEY).seq == before
+    seq = store.resume(KEY, 0, id="r1")
+    state = store.state(KEY)
+    assert [m.message["content"] for m in state.messages] == [
+        "You plan trips.",
+        "Plan a trip to Kyoto",
+        "Early April.",
+    ]
+    assert sum(1 for e in store.events(KEY) if isinstance(e, ConversationResumed)) == 1
+    assert store.resume(KEY, 0, id="r1") == seq
+    assert replay.verify(store).ok

@@ -214,7 +214,7 @@ def test_index_files_are_not_logs(tmp_path: Path) -> None:
 def test_orders_and_the_relevance_window(store: BaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
     _fill(store)
     recent = search(store, "kyoto", order="recent")
-    assert [(h.key, h.seq) for h in recent][0] == ("agent:slack:7", 1)  # indexed last
+    assert (recent[0].key, recent[0].seq) == ("agent:slack:7", 1)  # the newest
     assert len(recent) == 3
     from sessionledger.projections import _search_pg, _search_sqlite
 
