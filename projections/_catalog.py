@@ -43,7 +43,7 @@ import msgspec
 from sessionledger.eventlog import BaseStore, InvalidEventError, LogStat
 
 from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_catalog, replace_rows
-from ._catalog_log import read_entry
+from ._catalog_log import name_for, read_entry
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, infos_from_records
@@ -126,12 +126,26 @@ def list_sessions(
 
 
 def catalog_conversations(
-    store: BaseStore,
+    store: BaseStore, query: CatalogFilter | None = None
 ) -> tuple[list[SessionInfo], dict[str, tuple[ConversationInfo, ...]]]:
-    """Every session's row and the ended conversations of each (by key), brought up to date."""
+    """The rows ``query`` selects (all: None) and the ended conversations of each, by key.
+
+    Only the catalog entries of the selected sessions that have ended conversations are
+    decoded (all of them when many are selected).
+    """
     cat = _refresh(store, rebuild=False)
-    ended = {e.key: e.ended for e in cat.entries().values() if e.key is not None and e.ended}
-    return cat.rows, ended
+    rows = cat.rows if query is None else select(cat.rows, query)
+    wanted = [r.key for r in rows if r.ended]
+    if len(wanted) > 256:
+        ended = {e.key: e.ended for e in cat.entries().values() if e.key is not None and e.ended}
+        return rows, ended
+    ended = {}
+    for key in wanted:
+        name = name_for(store, key)
+        for entry in cat.bucket(store.log_slot(name)):
+            if entry.name == name and entry.key == key:
+                ended[key] = entry.ended
+    return rows, ended
 
 
 def catalog_rows(store: BaseStore) -> list[SessionInfo]:

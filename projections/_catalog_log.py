@@ -111,12 +111,13 @@ def _header_of(store: BaseStore, name: str, data: bytes) -> Header | None:
         header = _decode_header(data[:end])
     except msgspec.DecodeError:
         return None
-    if header.format != FORMAT_NAME or _name_for(store, header.key) != name:
+    if header.format != FORMAT_NAME or name_for(store, header.key) != name:
         return None
     return header
 
 
-def _name_for(store: BaseStore, key: str) -> str:
+def name_for(store: BaseStore, key: str) -> str:
+    """The name under which ``store`` keeps ``key``'s log (as :meth:`scan_logs` names it)."""
     path_for = getattr(store, "path_for", None)
     return key if path_for is None else str(path_for(key).name)
 

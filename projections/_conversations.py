@@ -23,7 +23,7 @@ from typing import Final, Literal
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
 
-from ._catalog import CatalogFilter, CatalogQuery, _refresh, catalog_conversations, select
+from ._catalog import CatalogFilter, CatalogQuery, _refresh, catalog_conversations
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, ended_of_record, infos_from_records
@@ -164,8 +164,8 @@ def list_conversations(
     elif sessions == CatalogFilter():
         ordered = _all_ordered(store, order)
     else:
-        rows, ended = catalog_conversations(store)
-        ordered = _ordered(select(rows, sessions), ended, order)
+        rows, ended = catalog_conversations(store, sessions)
+        ordered = _ordered(rows, ended, order)
     tests = _tests(key, state, current, updated_after, updated_before)
     end = None if limit is None else offset + limit
     if not tests and isinstance(ordered, list):
