@@ -29,6 +29,7 @@ from ._errors import StoreClosedError
 from ._events import Event
 from ._filestore import FileStore
 from ._fold import SessionState
+from ._keystore import KeyProvider, KeyStore
 from ._memstore import MemoryStore
 from ._names import check_key
 from ._store import BaseStore
@@ -149,6 +150,7 @@ class AsyncBaseStore:
             sync_in_thread=self._offload,
             on_close=self._forget,
         )
+        self._sync._arm_writer(writer)
         return writer, report
 
     async def _forget(self, writer: AsyncSessionWriter) -> None:
@@ -200,6 +202,40 @@ class AsyncBaseStore:
         self._reports.pop(key, None)
         return await self._run(partial(self._sync.delete, key))
 
+    # -- privacy (see the sync store's methods) -----------------------------------------------
+
+    async def _privately(self, key: str, func: Callable[[], _T]) -> _T:
+        # The sync store appends the event with its own writer: close ours first, and its own
+        # after, so the next async open takes the lock again.
+        key = check_key(key)
+        writer = self._writers.pop(key, None)
+        if writer is not None:
+            await writer.close()
+
+        def run() -> _T:
+            try:
+                return func()
+            finally:
+                self._sync._close_writer(key)
+
+        return await self._run(run)
+
+    async def erase(self, key: str, *, by: str | None = None, reason: str | None = None) -> int:
+        """Erase a session's content by destroying its keys (see :meth:`BaseStore.erase`)."""
+        return await self._privately(key, partial(self._sync.erase, key, by=by, reason=reason))
+
+    async def redact(
+        self, key: str, seq: int, *, by: str | None = None, reason: str | None = None
+    ) -> int:
+        """Redact one message by destroying its key (see :meth:`BaseStore.redact`)."""
+        return await self._privately(
+            key, partial(self._sync.redact, key, seq, by=by, reason=reason)
+        )
+
+    async def rotate_master_key(self, *, retire: bool = True) -> int:
+        """Rewrap every session key under a new master key (see the sync store)."""
+        return await self._run(partial(self._sync.rotate_master_key, retire=retire))
+
     async def close(self) -> None:
         """Sync and close every open writer (graceful shutdown); shielded from cancellation."""
         self._closed = True
@@ -242,6 +278,8 @@ class AsyncFileStore(AsyncBaseStore):
         token_counter: TokenCounter | None = None,
         lock_timeout: float = 0.0,
         batch_window: float = 0.0,
+        key_provider: KeyProvider | None = None,
+        key_store: KeyStore | None = None,
     ) -> None:
         self._files = FileStore(
             root,
@@ -250,6 +288,8 @@ class AsyncFileStore(AsyncBaseStore):
             token_counter=token_counter,
             lock_timeout=lock_timeout,
             batch_window=batch_window,
+            key_provider=key_provider,
+            key_store=key_store,
         )
         super().__init__(self._files, offload=True)
 
@@ -275,9 +315,15 @@ class AsyncMemoryStore(AsyncBaseStore):
         durability: Durability | str = "none",
         hash_key: bytes | str | None = None,
         token_counter: TokenCounter | None = None,
+        key_provider: KeyProvider | None = None,
+        key_store: KeyStore | None = None,
     ) -> None:
         self._memory = MemoryStore(
-            durability=durability, hash_key=hash_key, token_counter=token_counter
+            durability=durability,
+            hash_key=hash_key,
+            token_counter=token_counter,
+            key_provider=key_provider,
+            key_store=key_store,
         )
         super().__init__(self._memory, offload=False)
 

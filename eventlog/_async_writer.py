@@ -158,6 +158,7 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
             hash_key=self._hash_key,
             expected_seq=expected_seq,
             event_id=event_id,
+            seal=self._seal,
         )
         if isinstance(staged, int):
             return staged

@@ -107,3 +107,15 @@ class UnsafePathError(EventLogError):
 
 class StoreClosedError(EventLogError):
     """The store or writer was used after ``close()``."""
+
+
+class KeyUnavailableError(EventLogError):
+    """Encrypted content cannot be opened: no key provider, a wrong key, or a missing key record.
+
+    Nothing is changed when this is raised; the log and the key store stay as they were.
+    """
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.what = what
+        self.reason = reason

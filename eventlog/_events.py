@@ -25,6 +25,17 @@ FORMAT_VERSION: Final = 1
 
 _decode_message = msgspec.json.Decoder(dict[str, Any]).decode
 
+#: Key of a placeholder message whose content was destroyed: its value is ``"erased"`` or
+#: ``"redacted"``. Readers (history, previews, exports) skip or mark such a message.
+WITHHELD: Final = "_withheld"
+
+
+class _RoleOnly(msgspec.Struct):
+    role: Any = None
+
+
+_decode_role = msgspec.json.Decoder(_RoleOnly).decode
+
 TrimReason = Literal["file_cap", "retain_suffix", "truncate"]
 LifecycleState = Literal["active", "idle", "compacting", "suspended", "archived"]
 EndReason = Literal["archive", "reset", "delete", "timeout", "new"]
@@ -68,6 +79,8 @@ class Header(_Base, tag="header", kw_only=True, frozen=True):
     fork_of: str | None = None
     fork_seq: int = 0
     fork_h: str = ""
+    #: How the session's content is sealed ("" for plaintext); see ``eventlog._crypto``.
+    sealing: str = ""
 
 
 class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True):
@@ -105,22 +118,42 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
 
     @cached_property
     def message(self) -> dict[str, Any]:
-        """The message dict (decoded from ``body`` on first use, then kept)."""
+        """The message dict (decoded from ``body`` on first use, then kept).
+
+        A sealed message (an encrypted store) is opened here, by the opener its store attached
+        when it read the event; it raises :class:`KeyUnavailableError` when it cannot be.
+        """
+        opener = self.__dict__.get("_open")
+        if opener is not None:
+            opened: dict[str, Any] = opener(self)
+            return opened
         return _decode_message(self.body)
+
+    def _carry(self, event: MessageAppended) -> MessageAppended:
+        cached = self.__dict__
+        for name in ("message", "_open"):
+            if name in cached:
+                event.__dict__[name] = cached[name]
+        return event
 
     def detached(self) -> MessageAppended:
         """A copy whose body owns its bytes (a body decoded from a buffer keeps it alive)."""
-        event = msgspec.structs.replace(self, body=msgspec.Raw(bytes(self.body)))
-        if "message" in self.__dict__:
-            event.__dict__["message"] = self.__dict__["message"]
-        return event
+        return self._carry(msgspec.structs.replace(self, body=msgspec.Raw(bytes(self.body))))
 
     def with_hash(self, h: str) -> MessageAppended:
         """A copy with chain hash ``h`` that keeps the decoded message."""
-        event = msgspec.structs.replace(self, h=h)
-        if "message" in self.__dict__:
-            event.__dict__["message"] = self.__dict__["message"]
-        return event
+        return self._carry(msgspec.structs.replace(self, h=h))
+
+    @property
+    def role(self) -> Any:
+        """The message's role, read from the body without opening or decoding the rest."""
+        return _decode_role(self.body).role
+
+    def withheld(self, how: str) -> MessageAppended:
+        """The placeholder left when this message's content was destroyed (``how``: erased or
+        redacted): its envelope (seq, ts, id, hash, role, tokens) and no content."""
+        body = encode_json({"role": self.role, "content": None, WITHHELD: how})
+        return msgspec.structs.replace(self, body=msgspec.Raw(body))
 
 
 class MetadataChanged(_Base, tag="metadata", kw_only=True, frozen=True):
@@ -219,6 +252,24 @@ class UsageRecorded(_Base, tag="usage", kw_only=True, frozen=True):
     call_id: str | None = None
 
 
+class Erased(_Base, tag="erased", kw_only=True, frozen=True):
+    """The session's content up to this event was erased: its keys were destroyed.
+
+    Records who (``by``), when (``ts``) and why (``reason``); never any content.
+    """
+
+    by: str | None = None
+    reason: str | None = None
+
+
+class Redacted(_Base, tag="redacted", kw_only=True, frozen=True):
+    """The message at seq ``target`` was redacted: its key was destroyed (who, when, why)."""
+
+    target: int
+    by: str | None = None
+    reason: str | None = None
+
+
 class UnknownEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An event of a type this version does not know, kept verbatim and passed through.
 
@@ -244,6 +295,8 @@ KnownEvent = (
     | LifecycleChanged
     | UsageRecorded
     | ConversationResumed
+    | Erased
+    | Redacted
 )
 Event = KnownEvent | UnknownEvent
 
@@ -258,4 +311,6 @@ EVENT_TYPES: Final[tuple[type[KnownEvent], ...]] = (
     LifecycleChanged,
     UsageRecorded,
     ConversationResumed,
+    Erased,
+    Redacted,
 )

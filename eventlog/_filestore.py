@@ -49,6 +49,7 @@ from ._fileviews import (
     scan_logs,
     stat_log,
 )
+from ._keystore import FileKeyStore, KeyProvider, KeyStore
 from ._lifecycle import TrashEntry
 from ._names import key_to_stem, stem_to_key
 from ._safeio import (
@@ -71,6 +72,8 @@ QUARANTINE_SUFFIX = ".quarantine"
 SNAPSHOT_SUFFIX = ".snapshot"
 #: The session catalog, in the store root (a leading dot: never a log's name).
 CATALOG_NAME = ".catalog"
+#: The key store of an encrypted file store, in the store root.
+KEYS_DIR = ".keys"
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -169,6 +172,9 @@ class FileStore(BaseStore):
         lock_timeout: seconds to wait for another process's writer lock before
             :class:`LockedError` (0: fail at once).
         batch_window: seconds a group-commit leader waits for more appends before its fsync.
+        key_provider: encrypt the sessions this store creates, with data keys wrapped by this
+            provider's master key (e.g. :class:`LocalKeyFile`); see docs/privacy.md.
+        key_store: where the wrapped data keys live (default: ``root/.keys``).
     """
 
     def __init__(
@@ -180,6 +186,8 @@ class FileStore(BaseStore):
         token_counter: TokenCounter | None = None,
         lock_timeout: float = 0.0,
         batch_window: float = 0.0,
+        key_provider: KeyProvider | None = None,
+        key_store: KeyStore | None = None,
     ) -> None:
         super().__init__(
             durability=durability,
@@ -190,6 +198,9 @@ class FileStore(BaseStore):
         self.root = Path(root).expanduser()
         self.lock_timeout = lock_timeout
         self._ensure_root()
+        if key_provider is not None and key_store is None:
+            key_store = FileKeyStore(self.root / KEYS_DIR, durable=self.durability != "none")
+        self._use_keys(key_provider, key_store)
         self._changes = ChangeTable(str(self.root))
 
     def __repr__(self) -> str:

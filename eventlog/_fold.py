@@ -17,6 +17,11 @@ Rules (the seeds' semantics):
 - ``resumed`` marks that the current conversation resumes an ended one (``resumed_from``); the
   resumed messages follow as their own ``message`` events.
 - ``usage`` adds a provider's reported token usage to the session's totals (and per model).
+- ``erased`` leaves every live message as a placeholder (its envelope, no content), empties
+  metadata, the compaction summary and the titles and previews of ended conversations: the
+  keys of everything before it were destroyed.
+- ``redacted`` leaves the live message at its ``target`` seq as a placeholder, and drops the
+  preview of the ended conversation that held it.
 - Unknown event types from a newer writer only advance seq, time and head.
 Every event advances ``seq``, ``updated_at``, ``head`` and records its id.
 
@@ -26,6 +31,7 @@ lists); use :meth:`SessionState.copy` to keep an earlier state. It does no I/O.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final, assert_never
@@ -38,11 +44,13 @@ from ._events import (
     Compacted,
     Consolidated,
     ConversationResumed,
+    Erased,
     Event,
     Header,
     LifecycleChanged,
     MessageAppended,
     MetadataChanged,
+    Redacted,
     Retracted,
     Trimmed,
     UnknownEvent,
@@ -143,6 +151,11 @@ class SessionState(msgspec.Struct, kw_only=True):
     conversation_start: int = 0
     #: The ``start_seq`` of the ended conversation the current one resumed (None: not resumed).
     resumed_from: int | None = None
+    #: Whether the session's content is sealed in its log (an encrypted store wrote it).
+    sealed: bool = False
+    #: The seq of the last erasure (0: none) and the seqs of redacted messages, ascending.
+    erased_upto: int = 0
+    redacted: list[int] = []
     #: Event id -> seq, for idempotent retries.
     ids: dict[str, int] = {}
 
@@ -155,6 +168,7 @@ class SessionState(msgspec.Struct, kw_only=True):
             usage=msgspec.structs.replace(self.usage),
             usage_by_model={k: msgspec.structs.replace(v) for k, v in self.usage_by_model.items()},
             ended=list(self.ended),
+            redacted=list(self.redacted),
             ids=dict(self.ids),
         )
 
@@ -223,6 +237,7 @@ def initial_state(header: Header) -> SessionState:
         metadata=dict(header.metadata),
         seq=header.seq,
         head=header.h or ZERO_HASH,
+        sealed=bool(header.sealing),
     )
 
 
@@ -248,6 +263,15 @@ def _drop_back(state: SessionState, count: int) -> None:
     state.last_consolidated = min(state.last_consolidated, live)
     if state.compaction is not None and state.compaction.upto > live:
         state.compaction = msgspec.structs.replace(state.compaction, upto=live)
+
+
+def _withhold(state: SessionState, seq: int) -> None:
+    messages = state.messages
+    i = bisect.bisect_left(messages, seq, key=lambda m: m.seq)
+    if i < len(messages) and messages[i].seq == seq:
+        messages[i] = messages[i].withheld("redacted")
+    if seq not in state.redacted:
+        bisect.insort(state.redacted, seq)
 
 
 def apply(state: SessionState, event: Event) -> SessionState:
@@ -319,6 +343,20 @@ def apply(state: SessionState, event: Event) -> SessionState:
             state.usage.add(event)
             if event.model:
                 state.usage_by_model.setdefault(event.model, UsageTotals()).add(event)
+        case Erased():
+            state.messages[:] = [m.withheld("erased") for m in state.messages]
+            state.metadata.clear()
+            if state.compaction is not None:
+                state.compaction = msgspec.structs.replace(state.compaction, summary="")
+            state.ended = [msgspec.structs.replace(e, title="", preview=[]) for e in state.ended]
+            state.erased_upto = event.seq
+        case Redacted():
+            _withhold(state, event.target)
+            target = event.target
+            state.ended = [
+                msgspec.structs.replace(e, preview=[]) if e.start_seq < target <= e.end_seq else e
+                for e in state.ended
+            ]
         case UnknownEvent():
             state.unknown_events += 1
         case _:

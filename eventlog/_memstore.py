@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ._errors import LockedError
+from ._keystore import KeyProvider, KeyStore, MemoryKeyStore
 from ._lifecycle import TrashEntry
 from ._store import BaseStore
 from ._tokens import TokenCounter
@@ -56,8 +57,13 @@ class MemoryStore(BaseStore):
         durability: Durability | str = "none",
         hash_key: bytes | str | None = None,
         token_counter: TokenCounter | None = None,
+        key_provider: KeyProvider | None = None,
+        key_store: KeyStore | None = None,
     ) -> None:
         super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
+        if key_provider is not None and key_store is None:
+            key_store = MemoryKeyStore()
+        self._use_keys(key_provider, key_store)
         self._logs: dict[str, bytearray] = {}
         self._locked: set[str] = set()
         self._trashed: dict[str, tuple[TrashEntry, bytearray]] = {}

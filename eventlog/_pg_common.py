@@ -223,9 +223,12 @@ def catalog_values(state: SessionState) -> CatalogValues:
     with text (at most :data:`eventlog._fold.PREVIEW_MESSAGES`, text cut to :data:`eventlog._fold.PREVIEW_CHARS`), so the
     read side computes the preview with its own rules from them.
     """
-    candidates = preview_candidates(state.messages)
-    title = state.metadata.get("title")
+    # An encrypted session: the catalog columns keep no title, metadata, preview or summary.
+    candidates = [] if state.sealed else preview_candidates(state.messages)
+    title = None if state.sealed else state.metadata.get("title")
     summary = state.compaction.summary if state.compaction is not None else None
+    if state.sealed:
+        summary = None
     return CatalogValues(
         seq=state.seq,
         head=state.head,
@@ -238,11 +241,15 @@ def catalog_values(state: SessionState) -> CatalogValues:
         lifecycle=state.lifecycle,
         end_reason=state.end_reason,
         title=text(title) if isinstance(title, str) else None,
-        metadata=_json.encode(state.metadata),
+        metadata=_json.encode({} if state.sealed else state.metadata),
         preview=_json.encode(candidates),
         summary=text(summary),
         conversations=Conversations(
-            start=state.conversation_start, resumed_from=state.resumed_from, ended=state.ended
+            start=state.conversation_start,
+            resumed_from=state.resumed_from,
+            ended=[msgspec.structs.replace(e, title="", preview=[]) for e in state.ended]
+            if state.sealed
+            else state.ended,
         ),
     )
 

@@ -251,7 +251,7 @@ class _PgIO:
                 and dec.head == moved.head
                 and self._size + len(moved.tail) == moved.size
             ):
-                for event in events:
+                for event in self._store._unseal_events(self._key, state, events):
                     apply(state, event)
                 self._size = moved.size
                 return

@@ -37,6 +37,7 @@ from ._errors import (
     StoreClosedError,
 )
 from ._fold import SessionState, fold, initial_state
+from ._keystore import KeyProvider, KeyStore
 from ._lifecycle import TrashEntry
 from ._names import check_key
 from ._pg_common import (
@@ -105,6 +106,10 @@ class PostgresStore(BaseStore):
         token_counter: counts a message's tokens at write time.
         pool_size: most connections held (each in-flight append uses one).
         connect_timeout: seconds to wait for the server before a clear :class:`StorageError`.
+        key_provider: encrypt the sessions this store creates (see docs/privacy.md); the
+            tables then hold the same sealed bytes as a file store's logs.
+        key_store: where the wrapped data keys live, required with ``key_provider`` (e.g.
+            :class:`FileKeyStore`): keys stay outside the database unless you put them there.
     """
 
     def __init__(
@@ -117,9 +122,12 @@ class PostgresStore(BaseStore):
         token_counter: TokenCounter | None = None,
         pool_size: int = 10,
         connect_timeout: float = 5.0,
+        key_provider: KeyProvider | None = None,
+        key_store: KeyStore | None = None,
     ) -> None:
         require_psycopg()
         super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
+        self._use_keys(key_provider, key_store)
         import psycopg_pool
 
         if not schema or len(schema) > 40:
@@ -232,8 +240,9 @@ class PostgresStore(BaseStore):
                     problem = decoded.bad or decoded.torn
                     if problem is not None:
                         raise CorruptLogError(self._describe(key), problem.line, problem.reason)
-                    self._snapshot_seqs()[key] = snap.seq
-                    return fold(snap.header, decoded.events, snap.state), size
+                    if self._unseal_restored(key, snap, decoded):
+                        self._snapshot_seqs()[key] = snap.seq
+                        return fold(snap.header, decoded.events, snap.state), size
             data = self._read_on(conn, kb)  # a stale or damaged snapshot: read every line
             if data is None:
                 return None
@@ -346,8 +355,9 @@ class PostgresStore(BaseStore):
             if not create:
                 raise SessionNotFoundError(key)
             header = self._new_header(key, metadata)
-            line, h = encode_line(header, ZERO_HASH, self._hash_key)
-            state = initial_state(msgspec.structs.replace(header, h=h))
+            sealed = self._seal_new_header(header)
+            line, h = encode_line(sealed, ZERO_HASH, self._hash_key)
+            state = initial_state(msgspec.structs.replace(header, h=h, sealing=sealed.sealing))
             if self._create(conn, key, state, line):
                 return state, len(line), True
             loaded = self._load_on(conn, key)  # another process created it first

@@ -29,6 +29,7 @@ from ._events import FORMAT_VERSION, Event, Header
 from ._fold import SessionState, fold
 from ._lifecycle import LifecycleOps
 from ._names import check_key
+from ._privacy import PrivacyOps, header_of
 from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
 from ._values import encode_checked
@@ -36,7 +37,7 @@ from ._views import ViewStorage
 from ._writer import Durability, SessionWriter, check_durability, new_event_id
 
 
-class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
+class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
     """Shared logic of the sync stores; a backend implements the abstract raw methods."""
 
     def __init__(
@@ -178,11 +179,21 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
         key = check_key(key)
         with self._mutex:
             final = self.state(key) if self._end_hooks and self.exists(key) else None
+            sealed = self._sealed_id(key)
             self._close_writer(key)
             removed = self._remove(key)
+        if removed:
+            self._forget_keys(sealed)
         if removed and final is not None:
             self._ended(final, "delete")
         return removed
+
+    def _sealed_id(self, key: str) -> str | None:
+        if self._keyring is None:
+            return None
+        data = self._read_raw(key)
+        header = header_of(data) if data else None
+        return header.id if header is not None and header.sealing else None
 
     def _close_writer(self, key: str) -> None:
         with self._mutex:
@@ -336,6 +347,7 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
             raise NotALogError(where, f"line 1: {reason}")
         if decoded.header.key != key:
             raise NotALogError(where, f"its header names session {decoded.header.key!r}")
+        self._unseal(key, decoded)
         return decoded
 
     def _session(
@@ -358,6 +370,7 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
                 batch_window=self.batch_window,
                 on_close=self._forget,
             )
+            self._arm_writer(writer)
             self._writers[key] = writer
             self._reports[key] = report
             return writer
@@ -398,11 +411,12 @@ class BaseStore(LifecycleOps, ViewStorage, abc.ABC):
                 quarantine = self._quarantine(key, data, reason=torn.reason, line=1, offset=0)
                 raw.io.truncate(0)
             header = self._new_header(key, metadata)
-            line, h = encode_line(header, ZERO_HASH, self._hash_key)
+            sealed = self._seal_new_header(header)
+            line, h = encode_line(sealed, ZERO_HASH, self._hash_key)
             raw.io.append(line)
             if self.durability != "none":
                 raw.io.sync()
-            header = msgspec.structs.replace(header, h=h)
+            header = msgspec.structs.replace(header, h=h, sealing=sealed.sealing)
             return fold(header, ()), OpenReport(
                 key, created=not data, torn=torn, quarantine=quarantine
             )

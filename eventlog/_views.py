@@ -101,6 +101,14 @@ class ViewStorage(abc.ABC):
     def _describe(self, key: str) -> str:
         """Where ``key`` lives, for messages."""
 
+    # -- sealing hooks (an encrypted store overrides these; see ``_privacy``) --------------------
+
+    def _seal_snapshot(self, key: str, snapshot: Snapshot) -> Snapshot:
+        return snapshot
+
+    def _unseal_restored(self, key: str, snapshot: Snapshot, decoded: Decoded) -> bool:
+        return True
+
     # -- storage hooks (override in a backend) -------------------------------------------------
 
     def snapshot_bytes(self, key: str) -> bytes | None:
@@ -212,7 +220,8 @@ class ViewStorage(abc.ABC):
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
         try:
-            blob = encode_snapshot(make_snapshot(header, state, anchor), self._hash_key)
+            snapshot = self._seal_snapshot(key, make_snapshot(header, state, anchor))
+            blob = encode_snapshot(snapshot, self._hash_key)
         except (msgspec.EncodeError, OverflowError) as exc:
             self.put_snapshot(key, None)
             return SnapshotStatus(key, "missing", reason=f"state cannot be snapshotted: {exc}")
@@ -253,6 +262,8 @@ class ViewStorage(abc.ABC):
         if check_anchor(snap, tail, self._hash_key) is not None:
             return None
         decoded = resume(snap, tail, self._hash_key)
+        if not self._unseal_restored(key, snap, decoded):
+            return None  # sealed with a key that is gone (erased): read the log
         state = fold(snap.header, decoded.events, snap.state)
         self._snapshot_seqs()[key] = snap.seq
         return snap, tail, decoded, state

@@ -110,6 +110,7 @@ def stage(
     hash_key: bytes,
     expected_seq: int | None,
     event_id: str | None,
+    seal: Callable[[KnownEvent], KnownEvent] | None = None,
 ) -> Staged | int:
     """Build and encode the event that follows ``state``, or return the seq of a retried id.
 
@@ -128,8 +129,11 @@ def stage(
     if expected_seq is not None and expected_seq != state.seq:
         raise ConflictError(key, expected_seq, state.seq)
     event = draft.make(state, state.seq + 1, datetime.now(UTC), event_id or new_event_id())
+    written = event if seal is None else seal(event)  # an encrypted store's sealing layer
+    if isinstance(written, MessageAppended):
+        event = written  # a sealed message keeps its plaintext cached, and its opener
     try:
-        line, h = encode_line(event, state.head, hash_key)
+        line, h = encode_line(written, state.head, hash_key)
     except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
         why = draft.describe() if draft.describe is not None else str(exc)
         raise InvalidEventError(f"session {key!r}: {why}") from exc
@@ -193,6 +197,8 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
     """
 
     key: str
+    #: Seals an event for its line (set by an encrypted store; None: written as is).
+    _seal: Callable[[KnownEvent], KnownEvent] | None = None
     _count_tokens: TokenCounter
     _state: SessionState
     _io: _Named

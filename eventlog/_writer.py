@@ -176,6 +176,7 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
                 hash_key=self._hash_key,
                 expected_seq=expected_seq,
                 event_id=event_id,
+                seal=self._seal,
             )
             seq = staged if isinstance(staged, int) else self._write_line(staged)
         if self._durability == "batch":

@@ -137,8 +137,24 @@ def _summary(row_meta: str | None, compaction: str | None) -> str:
     return row_meta or ""
 
 
+def _sealed_info(state: SessionState) -> SessionInfo:
+    return SessionInfo(
+        key=state.key,
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+        messages=len(state.messages),
+        tokens=state.live_tokens,
+        state=state.lifecycle,
+        seq=state.seq,
+        head=state.head,
+    )
+
+
 def row_from_state(state: SessionState, offset: int) -> Row:
     """The row of a folded session whose log was read up to byte ``offset``."""
+    if state.sealed:
+        # An encrypted session: the stored catalog keeps no title, preview or summary.
+        return Row(_sealed_info(state), offset)
     meta = state.metadata
     title = meta.get("title")
     meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None

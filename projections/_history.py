@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from sessionledger.eventlog import MessageAppended, SessionState, estimate_tokens
+from sessionledger.eventlog import WITHHELD, MessageAppended, SessionState, estimate_tokens
 
 from ._orphans import legal_start
 from ._sanitize import image_breadcrumb, sanitize_assistant_text
@@ -107,8 +107,8 @@ def attachment_hints(message: Mapping[str, Any]) -> list[str]:
 def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int] | None:
     """Rule 4 for one message: its entry and charged tokens, or None when it is skipped."""
     message = event.message
-    if message.get("_command"):
-        return None
+    if message.get("_command") or message.get(WITHHELD):
+        return None  # a command, or the placeholder of erased or redacted content
     item = sdk_item(message)
     if item is not None:
         return dict(item), event.tokens  # an Agents SDK item goes to the model as it is

@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from sessionledger.eventlog import EVENT_TYPES, FileStore, MemoryStore
+from sessionledger.eventlog import EVENT_TYPES, FileStore, LocalKeyFile, MemoryStore
 from sessionledger.eventlog._schema import line_schema
 from sessionledger.replay import fork
 from sessionledger.tools.cli._demo import write_conversation
@@ -50,6 +50,14 @@ def _every_kind_of_line(tmp_path: Path) -> list[bytes]:
     memory = MemoryStore()
     memory.session("m").append_message("user", "\u2028\x00 ctrl and separators")
     logs.append(memory.read_bytes("m"))
+    sealed = MemoryStore(key_provider=LocalKeyFile(tmp_path / "master.key"))
+    s = sealed.session("sealed", metadata={"title": "T"})
+    s.append_message("user", "secret")
+    s.update_metadata(set={"n": 1})
+    s.compact("sum", upto=1)
+    sealed.redact("sealed", 1, by="ops", reason="request")
+    sealed.erase("sealed", by="ops")
+    logs.append(sealed.read_bytes("sealed"))
     return [line for log in logs for line in log.splitlines()]
 
 

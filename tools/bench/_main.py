@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (they register their benchmarks)
     _conversations,
     _pg_read,
     _pg_write,
+    _privacy,
     _read,
     _replay,
     _write,

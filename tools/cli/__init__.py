@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from sessionledger.eventlog import EventLogError
 
 from ._commands import COMMANDS
-from ._common import STORE_ENV, CliError, Command, close_opened
+from ._common import KEY_FILE_ENV, STORE_ENV, CliError, Command, close_opened, use_key_file
 
 EPILOG = """\
 examples:
@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"store directory or postgresql:// DSN (default: ${STORE_ENV} or ./sessions)",
     )
     common.add_argument("--hash-key", help="secret the logs' hash chain is keyed with")
+    common.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help=f"master key file of an encrypted store (default: ${KEY_FILE_ENV}); "
+        "verify and ls need none",
+    )
     common.add_argument(
         "--schema", default=None, help="PostgreSQL schema of the store (default: sessionlog)"
     )
@@ -73,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
+    use_key_file(args.key_file)
     try:
         try:
             return run(args)

@@ -20,11 +20,28 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
-from sessionledger.eventlog import BaseStore, FileStore
+from sessionledger.eventlog import BaseStore, FileStore, LocalKeyFile
 
 DEFAULT_STORE = "sessions"
 STORE_ENV = "SESSIONLEDGER_STORE"
 HASH_KEY_ENV = "SESSIONLEDGER_HASH_KEY"
+KEY_FILE_ENV = "SESSIONLEDGER_KEY_FILE"
+#: The master key file given with ``--key-file`` (None: ``$SESSIONLEDGER_KEY_FILE`` or none).
+_KEY_FILE: list[str | None] = [None]
+
+
+def use_key_file(path: str | None) -> None:
+    """Open file stores with this master key file (an encrypted store's ``key_provider``)."""
+    _KEY_FILE[0] = path
+
+
+def _key_provider() -> LocalKeyFile | None:
+    path = _KEY_FILE[0] or os.environ.get(KEY_FILE_ENV) or None
+    if path is None:
+        return None
+    if not Path(path).expanduser().exists():
+        raise CliError(f"no master key file at {path}")
+    return LocalKeyFile(path, create=False)
 
 
 class CliError(Exception):
@@ -86,7 +103,9 @@ def open_store(
             )
     elif not path.is_dir():
         raise CliError(f"{path} is not a store: it is a file, not a directory")
-    return opened(FileStore(path, durability="batch", hash_key=hash_key))
+    return opened(
+        FileStore(path, durability="batch", hash_key=hash_key, key_provider=_key_provider())
+    )
 
 
 #: Stores a command opened; :func:`close_opened` closes them when the command ends.

@@ -15,14 +15,17 @@ from rich.table import Table
 from rich.text import Text
 
 from sessionledger.eventlog import (
+    WITHHELD,
     Cleared,
     Compacted,
     Consolidated,
     ConversationResumed,
+    Erased,
     Event,
     LifecycleChanged,
     MessageAppended,
     MetadataChanged,
+    Redacted,
     Retracted,
     Trimmed,
     UnknownEvent,
@@ -80,12 +83,21 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _note(event: Erased | Redacted) -> str:
+    who = f" by {event.by}" if event.by else ""
+    why = f": {event.reason}" if event.reason else ""
+    return who + why
+
+
 def describe_event(event: Event) -> tuple[str, str, Text]:
     """Return (kind, role-or-type label, rendered body) for one non-paired event."""
     match event:
         case MessageAppended():
             message = event.message
             role = str(message.get("role", "?"))
+            withheld = message.get(WITHHELD)
+            if withheld:
+                return "message", role, Text(f"[{withheld}]", style="dim italic")
             item = sdk_item(message)
             if item is not None:  # an Agents SDK item: a call, its output, reasoning ...
                 return "message", role, Text(describe_item(item, CONTENT_LIMIT))
@@ -162,6 +174,11 @@ def describe_event(event: Event) -> tuple[str, str, Text]:
         case LifecycleChanged():
             reason = f" (reason: {event.reason})" if event.reason else ""
             return "lifecycle", "lifecycle", Text(f"-> {event.state}{reason}")
+        case Erased():
+            return "erased", "erased", Text("content erased (keys destroyed)" + _note(event))
+        case Redacted():
+            text = f"message seq {event.target} redacted (key destroyed)" + _note(event)
+            return "redacted", "redacted", Text(text)
         case UnknownEvent():
             return "unknown", event.type, Text("(unknown event type, kept as is)", style="dim")
     return "unknown", "?", Text("")  # pragma: no cover - the union is exhausted above
@@ -219,6 +236,8 @@ def event_dict(event: Event) -> dict[str, Any]:
     if isinstance(event, UnknownEvent):
         return {**event.raw, "h": event.h}
     data: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(event))
+    if isinstance(event, MessageAppended) and "_open" in event.__dict__:
+        data["message"] = event.message  # a sealed message, opened (or its placeholder)
     return data
 
 

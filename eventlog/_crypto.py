@@ -1,0 +1,450 @@
+"""Encryption at rest: content sealed at the write boundary, opened when it is read.
+
+A store with a ``key_provider`` seals what people said and leaves the envelope readable:
+
+- ``message``: the body becomes ``{"role": <role>, "$sealed": <b64>}``; the whole message dict
+  (every key) is inside. ``seq``, ``ts``, ``id``, ``tokens`` and ``role`` stay readable.
+- ``metadata`` and the header's ``metadata``: each value becomes ``{"$sealed": <b64>}``; the
+  keys stay readable.
+- ``compacted``: ``summary`` becomes ``""`` and ``extra`` ``{"$sealed": <b64>}`` holding both.
+- The header's ``sealing`` names the scheme; every other event is unchanged.
+
+``<b64>`` is base64 of a 12-byte random nonce and the AES-256-GCM ciphertext, under the key of
+the event's seq from the session's key tree (``_keytree``), with the session id, seq and field
+name as associated data (a ciphertext moved elsewhere does not open). The hash chain covers the
+sealed line, so ``verify`` needs no key.
+
+Opening: a store that reads a sealed log (``BaseStore._decode``) opens metadata, headers and
+summaries at once (they are small and few) and attaches an opener to each message, which
+decrypts on the first use of ``.message``. A seq whose key was destroyed on purpose opens to a
+placeholder (``{"role", "content": None, "_withheld": "erased"|"redacted"}``, metadata values
+``None``); a key that is missing or wrong raises :class:`KeyUnavailableError`, never garbage.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+import threading
+from binascii import a2b_base64, b2a_base64
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from ._codec import Decoded
+from ._errors import KeyUnavailableError
+from ._events import (
+    WITHHELD,
+    Compacted,
+    Erased,
+    Event,
+    Header,
+    KnownEvent,
+    MessageAppended,
+    MetadataChanged,
+    Redacted,
+)
+from ._jsonbytes import encode_json
+from ._keystore import KeyProvider, KeyStore, _aead, check_session_id
+from ._keytree import SEED_LEN, KeyTree
+from ._snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+SEALING: Final = "aes-256-gcm/keytree-16x8"
+SEALED: Final = "$sealed"
+_SEALED_OPEN: Final = b',"$sealed":"'
+#: How a sealed compaction summary starts inside a snapshot (a NUL never starts a summary
+#: this library seals: the marker and the base64 after it are all it holds).
+_SUMMARY_MARK: Final = "\x00sealed:"
+_NONCE: Final = 12
+_RECORD_MAGIC: Final = b"SLKEY1\n"
+_decode_json = msgspec.json.Decoder().decode
+_record_decoder = msgspec.msgpack.Decoder(tuple[str, bytes])
+_record_encoder = msgspec.msgpack.Encoder()
+
+
+class _Envelope(msgspec.Struct):
+    role: Any = None
+    sealed: str = msgspec.field(name="$sealed", default="")
+
+
+_decode_envelope = msgspec.json.Decoder(_Envelope).decode
+
+
+_nonces: list[bytes] = []
+
+
+def _nonce() -> bytes:
+    """12 random bytes, drawn from a pool refilled 256 nonces at a time (one syscall)."""
+    while True:
+        try:
+            return _nonces.pop()
+        except IndexError:  # empty (another thread may have taken the last one)
+            pool = os.urandom(_NONCE * 256)
+            _nonces.extend(pool[i : i + _NONCE] for i in range(0, len(pool), _NONCE))
+
+
+# A forked child must not draw the nonces its parent will use.
+os.register_at_fork(after_in_child=_nonces.clear)
+
+
+def _context(session_id: str) -> bytes:
+    return b"sessionledger-datakey|" + session_id.encode("ascii")
+
+
+class Keyring:
+    """A store's keys: the provider (master key) and the key store (wrapped key trees)."""
+
+    def __init__(self, provider: KeyProvider, keystore: KeyStore) -> None:
+        if not isinstance(provider, KeyProvider):
+            raise TypeError(f"key_provider must implement KeyProvider, not {provider!r}")
+        self.provider = provider
+        self.keystore = keystore
+        self._cache: dict[str, tuple[bytes, KeyTree]] = {}
+        self._lock = threading.Lock()
+
+    def _encode(self, session_id: str, tree: KeyTree) -> bytes:
+        wrapped = self.provider.wrap(tree.encode(), _context(session_id))
+        return _RECORD_MAGIC + _record_encoder.encode((session_id, wrapped))
+
+    def _decode(self, session_id: str, record: bytes) -> tuple[bytes, KeyTree]:
+        what = f"the key record of session id {session_id}"
+        if not record.startswith(_RECORD_MAGIC):
+            raise KeyUnavailableError(what, "not a key record")
+        try:
+            owner, wrapped = _record_decoder.decode(record[len(_RECORD_MAGIC) :])
+        except msgspec.DecodeError as exc:
+            raise KeyUnavailableError(what, f"unreadable: {exc}") from exc
+        if owner != session_id:
+            raise KeyUnavailableError(what, f"it belongs to session id {owner}")
+        plain = self.provider.unwrap(wrapped, _context(session_id))
+        try:
+            return wrapped, KeyTree.decode(plain)
+        except msgspec.DecodeError as exc:
+            raise KeyUnavailableError(what, f"unreadable key tree: {exc}") from exc
+
+    def create(self, session_id: str) -> KeyTree:
+        """A new session's key tree, stored (durably) before anything is sealed with it."""
+        check_session_id(session_id)
+        tree = KeyTree.new(os.urandom(SEED_LEN))
+        record = self._encode(session_id, tree)
+        with self.keystore.locked():
+            if self.keystore.get(session_id) is not None:
+                raise KeyUnavailableError(f"session id {session_id}", "a key record exists")
+            self.keystore.put(session_id, record)
+        with self._lock:
+            self._cache[session_id] = (record, tree)
+        return tree
+
+    def tree(self, session_id: str) -> KeyTree:
+        """The session's key tree as its record holds it now."""
+        record = self.keystore.get(check_session_id(session_id))
+        if record is None:
+            raise KeyUnavailableError(
+                f"session id {session_id}", "no key record (erased and deleted, or another store)"
+            )
+        with self._lock:
+            cached = self._cache.get(session_id)
+            if cached is not None and cached[0] == record:
+                return cached[1]
+        tree = self._decode(session_id, record)[1]
+        with self._lock:
+            self._cache[session_id] = (record, tree)
+        return tree
+
+    def destroy(self, session_id: str, lo: int, hi: int) -> KeyTree:
+        """Destroy the keys of seqs ``lo..hi`` (0..seq: erase; seq..seq: redact), durably."""
+        with self.keystore.locked():
+            record = self.keystore.get(check_session_id(session_id))
+            if record is None:
+                raise KeyUnavailableError(f"session id {session_id}", "no key record")
+            tree = self._decode(session_id, record)[1]
+            if all(tree.destroyed(s) for s in (lo, hi)):
+                return tree
+            new = tree.punctured(lo, hi)
+            fresh = self._encode(session_id, new)
+            self.keystore.put(session_id, fresh)
+        with self._lock:
+            self._cache[session_id] = (fresh, new)
+        return new
+
+    def remove(self, session_id: str) -> None:
+        """Destroy a session's whole record (the session itself is gone)."""
+        with self.keystore.locked():
+            self.keystore.remove(check_session_id(session_id))
+        with self._lock:
+            self._cache.pop(session_id, None)
+
+    def rotate(self, *, retire: bool = True) -> int:
+        """Rewrap every record under a new master key; return how many were rewrapped.
+
+        Order: the provider adds the new key (the old still unwraps), each record is rewrapped
+        and replaced atomically, then (``retire``) the old keys are dropped. A crash anywhere
+        leaves every record openable; running it again finishes the job.
+        """
+        done = 0
+        with self.keystore.locked():
+            self.provider.rotate()
+            for session_id in self.keystore.ids():
+                record = self.keystore.get(session_id)
+                if record is None:
+                    continue
+                wrapped, tree = self._decode(session_id, record)
+                if self.provider.is_current(wrapped):
+                    continue
+                self.keystore.put(session_id, self._encode(session_id, tree))
+                done += 1
+            if retire:
+                self.provider.retire()
+        with self._lock:
+            self._cache.clear()
+        return done
+
+
+class SessionSeal:
+    """Seals and opens one session's content with its key tree."""
+
+    __slots__ = ("_ciphers", "dead", "key", "keyring", "session_id", "tree")
+
+    def __init__(self, keyring: Keyring, key: str, session_id: str, tree: KeyTree) -> None:
+        self.keyring = keyring
+        self.key = key
+        self.session_id = session_id
+        self.tree = tree
+        #: Seqs destroyed according to the log (erasure and redaction events), which count
+        #: even before the key store has caught up (a crash between the two).
+        self.dead: tuple[int, set[int]] = (-1, set())
+        self._ciphers: dict[int, AESGCM] = {}
+
+    # -- keys ------------------------------------------------------------------------------------
+
+    def _cipher(self, seq: int) -> AESGCM:
+        cipher = self._ciphers.get(seq)
+        if cipher is None:
+            leaf = self.tree.leaf(seq)
+            if leaf is None:
+                raise KeyUnavailableError(
+                    f"session {self.key!r} seq {seq}", "its key is not in the key store"
+                )
+            cipher = _aead()(leaf)
+            if len(self._ciphers) > 64:
+                self._ciphers.clear()
+            self._ciphers[seq] = cipher
+        return cipher
+
+    def _aad(self, seq: int, name: str) -> bytes:
+        return f"sl1|{self.session_id}|{seq}|{name}".encode()
+
+    def destroyed(self, seq: int) -> str | None:
+        """``"erased"`` or ``"redacted"`` when the content of ``seq`` was destroyed, else None."""
+        upto, redacted = self.dead
+        if seq <= upto or seq <= self.tree.erased_upto:
+            return "erased"
+        if seq in redacted or self.tree.destroyed(seq):
+            return "redacted"
+        return None
+
+    # -- sealing ---------------------------------------------------------------------------------
+
+    def seal_bytes(self, seq: int, name: str, plain: bytes) -> str:
+        """``plain`` sealed for field ``name`` of event ``seq``, as base64 text."""
+        nonce = _nonce()
+        sealed = self._cipher(seq).encrypt(nonce, plain, self._aad(seq, name))
+        return b2a_base64(nonce + sealed, newline=False).decode("ascii")
+
+    def open_bytes(self, seq: int, name: str, text: str | bytes) -> bytes:
+        """The plaintext of a sealed field (raises :class:`KeyUnavailableError`)."""
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            # Not strict: a bad character can only come with a bad chain or a bad tag.
+            blob = a2b_base64(text)
+            return bytes(
+                self._cipher(seq).decrypt(blob[:_NONCE], blob[_NONCE:], self._aad(seq, name))
+            )
+        except (InvalidTag, ValueError, binascii.Error) as exc:
+            raise KeyUnavailableError(
+                f"session {self.key!r} seq {seq}", "sealed content does not open (wrong key)"
+            ) from exc
+
+    def _seal_values(self, seq: int, values: dict[str, Any], prefix: str = "m:") -> dict[str, Any]:
+        return {
+            name: {SEALED: self.seal_bytes(seq, prefix + name, encode_json(value))}
+            for name, value in values.items()
+        }
+
+    def _open_values(
+        self, seq: int, values: dict[str, Any], prefix: str = "m:", *, strict: bool = False
+    ) -> dict[str, Any]:
+        gone = not strict and self.destroyed(seq) is not None
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(SEALED), str):
+                sealed = value[SEALED]
+                value = None if gone else _decode_json(self.open_bytes(seq, prefix + name, sealed))
+            out[name] = value
+        return out
+
+    def seal_header(self, header: Header) -> Header:
+        """The header as written: metadata values sealed, ``sealing`` set."""
+        return msgspec.structs.replace(
+            header, metadata=self._seal_values(0, dict(header.metadata)), sealing=SEALING
+        )
+
+    def seal(self, event: KnownEvent) -> KnownEvent:
+        """The event as its line is written (the caller folds the plaintext one)."""
+        seq = event.seq
+        match event:
+            case MessageAppended():
+                message = event.message
+                sealed = self.seal_bytes(seq, "message", bytes(event.body))
+                body = b'{"role":%s,"%s":"%s"}' % (
+                    encode_json(message.get("role")),
+                    SEALED.encode(),
+                    sealed.encode("ascii"),
+                )
+                out = msgspec.structs.replace(event, body=msgspec.Raw(body))
+                out.__dict__["message"] = message
+                out.__dict__["_open"] = self.open_message
+                return out
+            case MetadataChanged():
+                return msgspec.structs.replace(event, set=self._seal_values(seq, event.set))
+            case Compacted():
+                inner = encode_json({"summary": event.summary, "extra": event.extra})
+                return msgspec.structs.replace(
+                    event, summary="", extra={SEALED: self.seal_bytes(seq, "compacted", inner)}
+                )
+            case _:
+                return event
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    def open_message(self, event: MessageAppended) -> dict[str, Any]:
+        """The message dict of a sealed message event (a placeholder when destroyed)."""
+        gone = self.destroyed(event.seq)
+        if gone is not None:
+            return {"role": event.role, "content": None, WITHHELD: gone}
+        body = bytes(event.body)
+        # The envelope as this module writes it ends in ``,"$sealed":"<b64>"}``: slice the
+        # base64 out instead of decoding the whole body (any other form is decoded).
+        at = body.rfind(_SEALED_OPEN)
+        if at > 0 and body.endswith(b'"}') and b'"' not in body[at + len(_SEALED_OPEN) : -2]:
+            sealed: str | bytes = body[at + len(_SEALED_OPEN) : -2]
+        else:
+            envelope = _decode_envelope(body)
+            if not envelope.sealed:
+                message: dict[str, Any] = _decode_json(body)
+                return message
+            sealed = envelope.sealed
+        opened: dict[str, Any] = _decode_json(self.open_bytes(event.seq, "message", sealed))
+        return opened
+
+    def open_event(self, event: Event) -> Event:
+        """An event with its sealed fields opened (messages get an opener, decrypted on use)."""
+        match event:
+            case MessageAppended():
+                event.__dict__["_open"] = self.open_message
+                return event
+            case MetadataChanged():
+                return msgspec.structs.replace(event, set=self._open_values(event.seq, event.set))
+            case Compacted():
+                sealed = event.extra.get(SEALED)
+                if not isinstance(sealed, str):
+                    return event
+                if self.destroyed(event.seq) is not None:
+                    return msgspec.structs.replace(event, summary="", extra={})
+                inner = _decode_json(self.open_bytes(event.seq, "compacted", sealed))
+                return msgspec.structs.replace(
+                    event, summary=str(inner.get("summary", "")), extra=dict(inner.get("extra", {}))
+                )
+            case _:
+                return event
+
+    def open_header(self, header: Header) -> Header:
+        """The header with its metadata values opened."""
+        return msgspec.structs.replace(header, metadata=self._open_values(0, header.metadata))
+
+    def seal_snapshot(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with its plaintext values sealed under the key of its seq.
+
+        Message bodies in a snapshot are the log's (already sealed); what the fold made
+        plaintext is sealed here: header and state metadata values, the compaction summary.
+        Erasing the snapshot's seq destroys its key, so the snapshot no longer opens.
+        """
+        seq = snapshot.seq
+        header = msgspec.structs.replace(
+            snapshot.header, metadata=self._seal_values(seq, snapshot.header.metadata, "s:h:")
+        )
+        state = msgspec.structs.replace(
+            snapshot.state, metadata=self._seal_values(seq, snapshot.state.metadata, "s:m:")
+        )
+        compaction = state.compaction
+        if compaction is not None and compaction.summary:
+            sealed = self.seal_bytes(seq, "s:summary", compaction.summary.encode())
+            state.compaction = msgspec.structs.replace(compaction, summary=_SUMMARY_MARK + sealed)
+        state.ended = [
+            msgspec.structs.replace(
+                e,
+                title="",
+                preview=[
+                    {
+                        SEALED: self.seal_bytes(
+                            seq, f"s:e:{i}", encode_json({"title": e.title, "preview": e.preview})
+                        )
+                    }
+                ],
+            )
+            for i, e in enumerate(state.ended)
+        ]
+        return msgspec.structs.replace(snapshot, header=header, state=state)
+
+    def open_snapshot(self, snapshot: Snapshot) -> bool:
+        """Open a decoded snapshot's sealed values in place; False if its key is gone."""
+        seq = snapshot.seq
+        if self.tree.leaf(seq) is None:
+            return False
+        header = snapshot.header
+        try:
+            snapshot.header = msgspec.structs.replace(
+                header, metadata=self._open_values(seq, header.metadata, "s:h:", strict=True)
+            )
+            state = snapshot.state
+            state.metadata = self._open_values(seq, state.metadata, "s:m:", strict=True)
+            compaction = state.compaction
+            if compaction is not None and compaction.summary.startswith(_SUMMARY_MARK):
+                text = self.open_bytes(seq, "s:summary", compaction.summary[len(_SUMMARY_MARK) :])
+                state.compaction = msgspec.structs.replace(compaction, summary=text.decode())
+            ended = []
+            for i, e in enumerate(state.ended):
+                sealed = e.preview[0].get(SEALED) if len(e.preview) == 1 else None
+                if isinstance(sealed, str):
+                    inner = _decode_json(self.open_bytes(seq, f"s:e:{i}", sealed))
+                    e = msgspec.structs.replace(e, title=inner["title"], preview=inner["preview"])
+                ended.append(e)
+            state.ended = ended
+        except KeyUnavailableError:
+            return False
+        return True
+
+    def note_dead(self, events: list[Event]) -> None:
+        """Record the erasures and redactions ``events`` hold (before opening anything)."""
+        upto, redacted = self.dead
+        for event in events:
+            if isinstance(event, Erased):
+                upto = max(upto, event.seq)
+            elif isinstance(event, Redacted):
+                redacted.add(event.target)
+        self.dead = (upto, redacted)
+
+    def open_decoded(self, decoded: Decoded, *, header: bool = True) -> None:
+        """Open ``decoded`` in place: every event, and its header (unless ``header`` is false)."""
+        self.note_dead(decoded.events)
+        if header and decoded.header is not None:
+            decoded.header = self.open_header(decoded.header)
+        decoded.events = [self.open_event(e) for e in decoded.events]
+
+
+OpenMessage = Callable[[MessageAppended], dict[str, Any]]

@@ -1,0 +1,174 @@
+"""A session's data key as a puncturable key tree (pure: no I/O, no cipher).
+
+Every event of an encrypted session has its own 32-byte key: the leaf for its ``seq`` of a
+16-ary tree of depth 8 (seqs 0 .. 2**32 - 1) whose root is the session's random data key. A
+child seed is ``blake2b(digit, key=parent)``, so a node's seed derives every leaf under it, and
+nothing derives a node from its children or siblings.
+
+Invariants:
+- A tree is a set of nodes ``(depth, prefix, seed)`` whose ranges are disjoint. A new session's
+  tree is its root alone. Destroying the keys of ``lo..hi`` (:meth:`KeyTree.punctured`) replaces
+  every node overlapping that range by those of its descendants that lie wholly outside it: what
+  remains derives every other leaf, and no leaf of ``lo..hi`` (at most 15 nodes per level and
+  range end are kept, so a redaction costs at most 240 seeds).
+- Erasing a session destroys ``0..seq`` of its erasure event; redacting a message destroys its
+  seq. The tree also records which seqs were destroyed, so a reader can tell "destroyed on
+  purpose" (read back as erased or redacted) from "missing" (an error).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from hashlib import blake2b
+from typing import Final
+
+import msgspec
+
+ARITY_BITS: Final = 4
+ARITY: Final = 1 << ARITY_BITS
+DEPTH: Final = 8
+MAX_SEQ: Final = (1 << (ARITY_BITS * DEPTH)) - 1
+SEED_LEN: Final = 32
+_PERSON: Final = b"sl-keytree"
+_CACHE_LIMIT: Final = 4096
+
+
+def child_seed(seed: bytes, digit: int) -> bytes:
+    """The seed of child ``digit`` (0..15) of a node with ``seed``."""
+    return blake2b(bytes((digit,)), key=seed, digest_size=SEED_LEN, person=_PERSON).digest()
+
+
+class Node(msgspec.Struct, array_like=True, frozen=True):
+    """One node of the tree: it derives the leaves ``start .. start + span - 1``."""
+
+    depth: int
+    prefix: int
+    seed: bytes
+
+    @property
+    def span(self) -> int:
+        """How many leaves (seqs) the node covers."""
+        return 1 << (ARITY_BITS * (DEPTH - self.depth))
+
+    @property
+    def start(self) -> int:
+        """The first seq the node covers."""
+        return self.prefix * self.span
+
+
+class TreeRecord(msgspec.Struct, kw_only=True):
+    """What a key record holds once unwrapped (its msgpack is what the master key wraps)."""
+
+    nodes: list[Node] = []
+    #: Seqs destroyed one by one (redactions), ascending.
+    redacted: list[int] = []
+    #: Every seq up to this one was destroyed (an erasure); -1: none.
+    erased_upto: int = -1
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(TreeRecord).decode
+
+
+@dataclass(slots=True)
+class KeyTree:
+    """The remaining nodes of one session's key tree, with a cache of derived parents."""
+
+    nodes: list[Node]
+    redacted: list[int] = field(default_factory=list)
+    erased_upto: int = -1
+    _starts: list[int] = field(default_factory=list)
+    _parents: dict[int, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.nodes.sort(key=lambda n: n.start)
+        self._starts = [n.start for n in self.nodes]
+
+    @classmethod
+    def new(cls, root: bytes) -> KeyTree:
+        """A whole tree from a random root seed."""
+        if len(root) != SEED_LEN:
+            raise ValueError(f"a root seed has {SEED_LEN} bytes, not {len(root)}")
+        return cls([Node(0, 0, root)])
+
+    @classmethod
+    def decode(cls, data: bytes) -> KeyTree:
+        """The tree a record's unwrapped bytes hold (raises ``msgspec.DecodeError``)."""
+        rec = _decode(data)
+        for node in rec.nodes:
+            if not (0 <= node.depth <= DEPTH and len(node.seed) == SEED_LEN):
+                raise msgspec.DecodeError("a key tree node is malformed")
+            if not 0 <= node.prefix < ARITY**node.depth:
+                raise msgspec.DecodeError("a key tree node is out of range")
+        return cls(list(rec.nodes), list(rec.redacted), rec.erased_upto)
+
+    def encode(self) -> bytes:
+        """The bytes a record wraps."""
+        return _encode(
+            TreeRecord(nodes=self.nodes, redacted=self.redacted, erased_upto=self.erased_upto)
+        )
+
+    def destroyed(self, seq: int) -> bool:
+        """Whether the key of ``seq`` was destroyed on purpose (erased or redacted)."""
+        if seq <= self.erased_upto:
+            return True
+        i = bisect.bisect_left(self.redacted, seq)
+        return i < len(self.redacted) and self.redacted[i] == seq
+
+    def leaf(self, seq: int) -> bytes | None:
+        """The key of event ``seq``, or None when no remaining node derives it."""
+        if not 0 <= seq <= MAX_SEQ:
+            return None
+        group = seq >> ARITY_BITS
+        parent = self._parents.get(group)
+        if parent is None:
+            i = bisect.bisect_right(self._starts, seq) - 1
+            if i < 0:
+                return None
+            node = self.nodes[i]
+            if seq >= node.start + node.span:
+                return None
+            if node.depth == DEPTH:
+                return node.seed
+            seed = node.seed
+            for depth in range(node.depth + 1, DEPTH):
+                shift = ARITY_BITS * (DEPTH - depth)
+                seed = child_seed(seed, (seq >> shift) & (ARITY - 1))
+            parent = seed
+            if len(self._parents) >= _CACHE_LIMIT:
+                self._parents.clear()
+            self._parents[group] = parent
+        return child_seed(parent, seq & (ARITY - 1))
+
+    def punctured(self, lo: int, hi: int) -> KeyTree:
+        """A tree with the keys of seqs ``lo..hi`` destroyed (and recorded as destroyed)."""
+        if lo > hi or (lo != 0 and lo != hi):
+            raise ValueError(f"only 0..seq or one seq can be destroyed, not {lo}..{hi}")
+        kept: list[Node] = []
+        for node in self.nodes:
+            _split(node, lo, hi, kept)
+        redacted = list(self.redacted)
+        erased = self.erased_upto
+        if lo == 0:
+            erased = max(erased, hi)
+            redacted = [s for s in redacted if s > erased]
+        elif not self.destroyed(lo):
+            bisect.insort(redacted, lo)
+        return KeyTree(kept, redacted, erased)
+
+
+def _split(node: Node, lo: int, hi: int, out: list[Node]) -> None:
+    start, end = node.start, node.start + node.span - 1
+    if end < lo or start > hi:
+        out.append(node)
+        return
+    if lo <= start and end <= hi:
+        return  # wholly destroyed
+    for digit in range(ARITY):
+        _split(
+            Node(node.depth + 1, node.prefix * ARITY + digit, child_seed(node.seed, digit)),
+            lo,
+            hi,
+            out,
+        )

@@ -1,0 +1,303 @@
+"""The store's privacy operations: encryption at rest, erasure, redaction, key rotation.
+
+Every sync store mixes this in; it is inert until a store is given a ``key_provider``.
+
+Rules:
+- Sealing follows the session's header: a session created by an encrypting store is sealed
+  (header ``sealing``), one created without a key provider stays plaintext, whatever store
+  opens it later. Reading a sealed session without the keys raises
+  :class:`KeyUnavailableError`; reading the bytes (``read_bytes``, ``verify``) needs no key.
+- Erase and redact first append their event (who, when, why) and make it durable, then destroy
+  the keys in the key store (one atomic replace), then drop the session's snapshot. A crash
+  after the event and before the keys are destroyed loses nothing: readers already treat those
+  seqs as destroyed (the log says so), and the next open of the session (or a repeated call)
+  destroys the keys. A crash before the event changes nothing.
+- Derived views never hold plaintext of a sealed session: snapshots are sealed with the key of
+  their seq (so erasing destroys them too), and catalog rows of sealed sessions keep no title,
+  preview or summary.
+- Rotation rewraps the key records only; no log byte changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from ._codec import Decoded
+from ._crypto import SEALING, Keyring, SessionSeal
+from ._errors import EventLogError, InvalidEventError, KeyUnavailableError
+from ._events import Erased, Event, Header, KnownEvent, MessageAppended, Redacted
+from ._fold import SessionState
+from ._keystore import KeyProvider, KeyStore
+from ._names import check_key
+from ._snapshot import Snapshot
+from ._writeapi import Draft, WriteAPI
+
+if TYPE_CHECKING:
+    from ._store import BaseStore
+    from ._writer import SessionWriter
+
+_MAX_NOTE: Final = 1000
+
+
+def _check_note(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > _MAX_NOTE:
+        raise InvalidEventError(f"{name} must be a str of at most {_MAX_NOTE} chars, not {value!r}")
+    return value
+
+
+class PrivacyOps:
+    """Erase, redact, rotate, and the sealing hooks of the store (mixed into ``BaseStore``)."""
+
+    _keyring: Keyring | None = None
+
+    def _use_keys(self, provider: KeyProvider | None, keystore: KeyStore | None) -> None:
+        if provider is None:
+            if keystore is not None:
+                raise InvalidEventError("key_store= needs a key_provider=")
+            return
+        if keystore is None:
+            raise InvalidEventError("this store needs key_store= beside key_provider=")
+        self._keyring = Keyring(provider, keystore)
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether this store seals the sessions it creates (it has a key provider)."""
+        return self._keyring is not None
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The store's key provider and key store (None: no encryption)."""
+        return self._keyring
+
+    # -- hooks the store calls -------------------------------------------------------------------
+
+    def _seal_cache(self) -> dict[str, SessionSeal]:
+        cache: dict[str, SessionSeal] | None = self.__dict__.get("_seals")
+        if cache is None:
+            cache = self.__dict__.setdefault("_seals", {})
+        return cache
+
+    def _seal_of(self, key: str, header: Header) -> SessionSeal:
+        """The seal of a sealed session (its key tree re-read), or raise if it cannot open."""
+        keyring = self._keyring
+        if keyring is None:
+            raise KeyUnavailableError(
+                f"session {key!r}", "its log is encrypted; open the store with its key_provider"
+            )
+        if header.sealing != SEALING:
+            raise KeyUnavailableError(f"session {key!r}", f"unknown sealing {header.sealing!r}")
+        tree = keyring.tree(header.id)
+        cache = self._seal_cache()
+        seal = cache.get(header.id)
+        if seal is None or seal.key != key:
+            seal = cache[header.id] = SessionSeal(keyring, key, header.id, tree)
+        elif seal.tree is not tree:
+            seal.tree = tree
+            seal._ciphers.clear()
+        return seal
+
+    def _unseal_events(self, key: str, state: SessionState, events: list[Event]) -> list[Event]:
+        """Events another writer appended after ``state``, opened (a shared log's catch-up)."""
+        if not state.sealed:
+            return events
+        header = Header(
+            seq=0,
+            ts=state.created_at,
+            id=state.id,
+            key=key,
+            created_at=state.created_at,
+            sealing=SEALING,
+        )
+        seal = self._seal_of(key, header)
+        seal.note_dead(events)
+        return [seal.open_event(e) for e in events]
+
+    def _unseal(self, key: str, decoded: Decoded) -> None:
+        """Open a freshly decoded log in place (nothing to do for a plaintext one)."""
+        header = decoded.header
+        if header is not None and header.sealing:
+            self._seal_of(key, header).open_decoded(decoded)
+
+    def _unseal_restored(self, key: str, snapshot: Snapshot, decoded: Decoded) -> bool:
+        """Open a snapshot's sealed values and the tail decoded after it (before the fold).
+
+        False when the snapshot cannot be opened (its seq's key was destroyed): read the log.
+        """
+        header = snapshot.header
+        if not header.sealing:
+            return True
+        seal = self._seal_of(key, header)
+        state = snapshot.state
+        erased = state.erased_upto or -1  # 0: nothing was erased (seq 0 is the header)
+        seal.dead = (max(seal.dead[0], erased), seal.dead[1] | set(state.redacted))
+        opened = seal.open_snapshot(snapshot)
+        if not opened:
+            return False
+        decoded.header = snapshot.header  # the tail's decode names the snapshot's header
+        seal.open_decoded(decoded, header=False)
+        opener = seal.open_message
+        for message in state.messages:
+            message.__dict__["_open"] = opener
+        return True
+
+    def _seal_new_header(self, header: Header) -> Header:
+        """The header line's event for a new session (a key record is created first)."""
+        keyring = self._keyring
+        if keyring is None:
+            return header
+        tree = keyring.create(header.id)
+        seal = self._seal_cache()[header.id] = SessionSeal(keyring, header.key, header.id, tree)
+        return seal.seal_header(header)
+
+    def _arm_writer(self, writer: WriteAPI[Any, Any]) -> None:
+        """Give a writer of a sealed session its sealer, and finish an interrupted erasure."""
+        seal = self._seal_cache().get(writer.state.id)
+        if seal is None or self._keyring is None:
+            return
+        writer._seal = seal.seal
+        self._finish_destroying(seal, writer.state)
+
+    def _finish_destroying(self, seal: SessionSeal, state: SessionState) -> None:
+        keyring = self._keyring
+        assert keyring is not None
+        if state.erased_upto and state.erased_upto > seal.tree.erased_upto:
+            seal.tree = keyring.destroy(seal.session_id, 0, state.erased_upto)
+        for seq in state.redacted:
+            if not seal.tree.destroyed(seq):
+                seal.tree = keyring.destroy(seal.session_id, seq, seq)
+        seal._ciphers.clear()
+
+    def _seal_snapshot(self, key: str, snapshot: Snapshot) -> Snapshot:
+        """A snapshot of a sealed session with its plaintext values sealed (messages already are)."""
+        if not snapshot.header.sealing:
+            return snapshot
+        return self._seal_of(key, snapshot.header).seal_snapshot(snapshot)
+
+    # -- public operations -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _sealed_writer(self, key: str, what: str) -> Iterator[tuple[SessionWriter, SessionSeal]]:
+        """This store's writer of ``key`` (opened for the call, and closed after, if need be)."""
+        store: BaseStore = self  # type: ignore[assignment]
+        if self._keyring is None:
+            raise InvalidEventError(f"{what} needs an encrypted store (key_provider=)")
+        key = check_key(key)
+        own = store._writers.get(key)
+        opened = own is None or own.closed
+        writer = store.open(key)
+        try:
+            seal = self._seal_cache().get(writer.state.id)
+            if seal is None:
+                raise InvalidEventError(
+                    f"session {key!r} is not encrypted: {what} destroys keys, and it has none"
+                )
+            yield writer, seal
+        finally:
+            if opened:
+                store._close_writer(key)
+
+    def erase(self, key: str, *, by: str | None = None, reason: str | None = None) -> int:
+        """Erase a session's content: destroy its keys, keep its log (envelopes and chain).
+
+        Appends an ``erased`` event (``by``, ``reason``; the time is its ``ts``) and returns its
+        seq. Afterwards every message reads back as a placeholder (``_withheld: "erased"``),
+        metadata is empty, and no file holds anything that opens, even with the master key.
+        The session stays writable; later events get keys the erasure did not destroy.
+        """
+        by, reason = _check_note("by", by), _check_note("reason", reason)
+
+        def make(_s: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
+            return Erased(seq=seq, ts=ts, id=eid, by=by, reason=reason)
+
+        with self._sealed_writer(key, "erase") as (writer, seal):
+            seq = writer._submit(Draft(make), None, None)
+            writer.flush()
+            seal.dead = (max(seal.dead[0], seq), seal.dead[1])
+            self._finish_destroying(seal, writer.state)
+            self._drop_views(key)
+        return seq
+
+    def redact(
+        self, key: str, seq: int, *, by: str | None = None, reason: str | None = None
+    ) -> int:
+        """Redact one message: destroy its key; its event stays, with its envelope.
+
+        Appends a ``redacted`` event naming ``seq`` and returns its seq (a message already
+        redacted appends nothing and returns 0). Afterwards the message reads back as a
+        placeholder (``_withheld: "redacted"``) that history, previews and exports skip.
+        """
+        by, reason = _check_note("by", by), _check_note("reason", reason)
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise InvalidEventError(f"seq must be an integer >= 1, not {seq!r}")
+
+        def make(_s: SessionState, at: int, ts: datetime, eid: str) -> KnownEvent:
+            return Redacted(seq=at, ts=ts, id=eid, target=seq, by=by, reason=reason)
+
+        with self._sealed_writer(key, "redact") as (writer, seal):
+            state = writer.state
+            if seq in state.redacted or seq <= state.erased_upto:
+                self._finish_destroying(seal, state)
+                return 0
+            if not self._is_message(key, state, seq):
+                raise InvalidEventError(f"session {key!r}: seq {seq} is not a message event")
+            done = writer._submit(Draft(make), None, None)
+            writer.flush()
+            seal.dead[1].add(seq)
+            self._finish_destroying(seal, writer.state)
+            self._drop_views(key)
+        return done
+
+    def rotate_master_key(self, *, retire: bool = True) -> int:
+        """Rewrap every session key under a new master key; return how many were rewrapped.
+
+        No log is touched. With ``retire`` the old master keys are dropped at the end (only
+        then: a crash midway leaves every record openable; call again to finish).
+        """
+        if self._keyring is None:
+            raise InvalidEventError("rotate_master_key needs an encrypted store (key_provider=)")
+        count = self._keyring.rotate(retire=retire)
+        self._seal_cache().clear()
+        return count
+
+    def _is_message(self, key: str, state: SessionState, seq: int) -> bool:
+        if seq > state.seq:
+            return False
+        for message in state.messages:
+            if message.seq == seq:
+                return True
+        store: BaseStore = self  # type: ignore[assignment]
+        for event in store.load(key, snapshot=False).events:
+            if event.seq == seq:
+                return isinstance(event, MessageAppended)
+        return False
+
+    def _drop_views(self, key: str) -> None:
+        """Remove the session's snapshot (rebuilt from the log when next needed)."""
+        store: BaseStore = self  # type: ignore[assignment]
+        with contextlib.suppress(EventLogError, OSError):
+            store.put_snapshot(key, None)
+        store._snapshot_seqs().pop(key, None)
+
+    def _forget_keys(self, session_id: str | None) -> None:
+        """Destroy the key record of a session that was deleted for good."""
+        if self._keyring is not None and session_id is not None:
+            with contextlib.suppress(KeyUnavailableError):
+                self._keyring.remove(session_id)
+
+
+def header_of(data: bytes) -> Header | None:
+    """The header of a log's bytes, without checking anything (None if unreadable)."""
+    end = data.find(b"\n")
+    if end <= 0:
+        return None
+    try:
+        return msgspec.json.decode(data[:end], type=Header)
+    except msgspec.DecodeError:
+        return None

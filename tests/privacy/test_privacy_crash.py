@@ -1,0 +1,109 @@
+"""kill -9 during erase, redact and rotation: nothing lost, no key half-deleted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sessionledger import replay
+from sessionledger.eventlog import WITHHELD, FileStore, LocalKeyFile
+
+CHILD = Path(__file__).with_name("privacy_crash_child.py")
+KEYS = ("victim", "other")
+
+
+def _setup(root: Path) -> None:
+    provider = LocalKeyFile(root / "master.key")
+    with FileStore(root / "s", key_provider=provider, durability="always") as store:
+        for key in KEYS:
+            s = store.session(key, metadata={"title": f"title {key}"})
+            s.append_message("user", f"{key} one")
+            s.append_message("assistant", f"{key} two")
+            s.append_message("user", f"{key} three")
+
+
+def _crash(root: Path, operation: str, point: str, nth: int = 1) -> bool:
+    """Run the child; True if it died by SIGKILL (False: it finished the operation)."""
+    done = subprocess.run(
+        [sys.executable, str(CHILD), str(root), operation, point, str(nth)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode == 0:
+        assert "finished" in done.stdout
+        return False
+    assert done.returncode == -9, done.stderr
+    return True
+
+
+def _contents(store: FileStore, key: str) -> list[object]:
+    return [m.message.get("content") for m in store.load(key).state.messages]
+
+
+def _leaf_alive(store: FileStore, key: str, seq: int) -> bool:
+    keyring = store.keyring
+    assert keyring is not None
+    header = json.loads(store.read_bytes(key).split(b"\n", 1)[0])
+    return keyring.tree(header["id"]).leaf(seq) is not None
+
+
+def _check_after(root: Path, operation: str) -> None:
+    store = FileStore(root / "s", key_provider=LocalKeyFile(root / "master.key"))
+    assert replay.verify(FileStore(root / "s")).ok
+    # The other session is untouched and readable.
+    assert _contents(store, "other") == ["other one", "other two", "other three"]
+    victim = store.load("victim", snapshot=False)
+    kinds = [type(e).__name__.lower() for e in victim.events]
+    got = _contents(store, "victim")
+    if operation == "rotate":
+        assert got == ["victim one", "victim two", "victim three"]
+        return
+    happened = (operation == "erase" and "erased" in kinds) or (
+        operation == "redact" and "redacted" in kinds
+    )
+    if not happened:
+        assert got == ["victim one", "victim two", "victim three"]
+        assert _leaf_alive(store, "victim", 2)
+        return
+    if operation == "erase":
+        assert got == [None, None, None]
+    else:
+        assert got == ["victim one", None, "victim three"]
+        assert victim.state.messages[1].message[WITHHELD] == "redacted"
+    # Opening the session finishes what the crash interrupted: the keys are gone for good.
+    store.session("victim").close()
+    assert not _leaf_alive(store, "victim", 2)
+    assert _leaf_alive(store, "other", 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("operation", ["erase", "redact"])
+@pytest.mark.parametrize(("point", "nth"), [("destroy", 1), ("rename", 1), ("renamed", 1)])
+def test_crash_during_erasure(tmp_path: Path, operation: str, point: str, nth: int) -> None:
+    _setup(tmp_path)
+    assert _crash(tmp_path, operation, point, nth)
+    _check_after(tmp_path, operation)
+
+
+@pytest.mark.slow
+def test_crash_at_every_step_of_rotation(tmp_path: Path) -> None:
+    # Renames: the new master key, each of the two records, the retirement of the old key.
+    for nth, point in [(n, "rename") for n in range(1, 6)] + [(2, "renamed")]:
+        root = tmp_path / f"{point}{nth}"
+        root.mkdir()
+        _setup(root)
+        died = _crash(root, "rotate", point, nth)
+        _check_after(root, "rotate")
+        if died:
+            # Running rotation again finishes it; everything still opens.
+            again = FileStore(root / "s", key_provider=LocalKeyFile(root / "master.key"))
+            again.rotate_master_key()
+            assert len(LocalKeyFile(root / "master.key").key_ids()) == 1
+            _check_after(root, "rotate")
+        else:
+            assert nth == 5  # only four replaces happen

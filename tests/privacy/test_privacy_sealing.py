@@ -1,0 +1,220 @@
+"""Encryption at rest: no plaintext on disk, the envelope readable, keys needed to read."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from privacy_support import (
+    SECRETS,
+    contents,
+    encrypted_store,
+    files_containing,
+    key_file,
+    write_secrets,
+)
+
+from sessionledger import projections, replay
+from sessionledger.eventlog import (
+    FileStore,
+    KeyUnavailableError,
+    LocalKeyFile,
+    MemoryStore,
+    UnsafePathError,
+)
+
+
+def test_no_plaintext_in_any_file_of_the_store(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    store.snapshot_every = 3
+    s = store.session("telegram:42", metadata={"title": SECRETS["title"]})
+    write_secrets(s)
+    s.close()
+    ended = store.session("ended:1")
+    write_secrets(ended)
+    ended.clear(reason="new")  # an ended conversation keeps its title and preview in the state
+    ended.append_message("user", "next")
+    ended.close()
+    assert store.write_snapshot("ended:1").health == "valid"
+    # Every derived view is written: snapshot, catalog; a torn tail goes to quarantine.
+    assert store.write_snapshot("telegram:42").health == "valid"
+    assert store.snapshot_path("telegram:42").exists()
+    assert projections.list_sessions(store)
+    assert projections.search(store, SECRETS["message"]) == []  # sealed sessions: not indexed
+    assert (tmp_path / "s" / ".search.sqlite3").exists()
+    with open(store.path_for("telegram:42"), "ab") as f:
+        f.write(b'{"type":"message","seq":99,"message":{"role":"user","content":"torn')
+    store.session("telegram:42").close()
+    assert store.quarantine_path("telegram:42").exists()
+    assert files_containing(tmp_path / "s", list(SECRETS.values())) == {}
+    # ... and it all reads back with the key.
+    again = encrypted_store(tmp_path, key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"))
+    assert again.snapshot_status("telegram:42").health == "valid"
+    loaded = again.load("telegram:42")
+    assert loaded.snapshot_seq > 0  # the sealed snapshot opens
+    state = loaded.state
+    assert state.metadata["title"] == SECRETS["title"]
+    assert state.metadata["note"] == {"deep": [SECRETS["meta"]]}
+    assert SECRETS["summary"] in (state.compaction.summary if state.compaction else "")
+    texts = json.dumps([m.message for m in state.messages])
+    assert SECRETS["reply"] in texts and SECRETS["tool"] in texts
+    ended_state = again.load("ended:1").state
+    assert again.load("ended:1").snapshot_seq > 0
+    assert ended_state.ended[0].title == SECRETS["title"]
+    assert SECRETS["message"] in json.dumps(ended_state.ended[0].preview)
+
+
+def test_header_metadata_survives_reopening_for_writing(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    store.snapshot_every = 1
+    s = store.session("k", metadata={"title": "from the header"})
+    s.append_message("user", "x")
+    s.close()
+    for _ in range(2):
+        again = encrypted_store(
+            tmp_path, key_provider=LocalKeyFile(tmp_path / "keys" / "master.key")
+        )
+        w = again.session("k")
+        assert w.state.metadata == {"title": "from the header"}
+        w.append_message("user", "y")
+        w.close()
+        assert again.load("k").state.metadata == {"title": "from the header"}
+        assert again.load("k", snapshot=False).state.metadata == {"title": "from the header"}
+
+
+def test_the_envelope_stays_readable(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    s = store.session("k")
+    s.append_message("user", "hello there")
+    lines = [json.loads(line) for line in store.read_bytes("k").splitlines()]
+    header, message = lines
+    assert header["sealing"] and header["key"] == "k"
+    assert set(message) == {"type", "seq", "ts", "id", "message", "tokens", "h"}
+    assert message["message"]["role"] == "user" and "content" not in message["message"]
+    assert message["tokens"] == s.state.messages[0].tokens
+
+
+def test_live_state_equals_reopened_state(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    s = store.session("k", metadata={"title": "t"})
+    write_secrets(s)
+    live = s.state
+    s.close()
+    again = encrypted_store(tmp_path, key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"))
+    reopened = again.load("k").state
+    assert [m.message for m in reopened.messages] == [m.message for m in live.messages]
+    assert reopened.metadata == live.metadata
+    assert reopened.compaction == live.compaction
+    assert reopened.head == live.head
+
+
+def test_verify_needs_no_key_and_still_detects_tampering(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path, hash_key="chain-secret")
+    write_secrets(store.session("k"))
+    store.close()
+    keyless = FileStore(tmp_path / "s", hash_key="chain-secret")
+    assert replay.verify(keyless).ok
+    with pytest.raises(KeyUnavailableError, match="encrypted"):
+        keyless.load("k")
+    path = keyless.path_for("k")
+    data = bytearray(path.read_bytes())
+    at = data.index(b'"$sealed":"') + 20
+    data[at] = ord("A") if data[at] != ord("A") else ord("B")
+    path.write_bytes(bytes(data))
+    assert not replay.verify(keyless).ok
+
+
+def test_wrong_master_key_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    write_secrets(store.session("k"))
+    store.close()
+    before = {p: p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file()}
+    other = FileStore(tmp_path / "s", key_provider=LocalKeyFile(tmp_path / "other.key"))
+    with pytest.raises(KeyUnavailableError, match="master key"):
+        other.load("k")
+    with pytest.raises(KeyUnavailableError):
+        other.session("k")
+    other.close()
+    after = {p: p.read_bytes() for p in (tmp_path / "s").rglob("*") if p.is_file()}
+    assert {p: d for p, d in after.items() if p in before} == before
+
+
+def test_missing_key_record_is_a_clear_error(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    write_secrets(store.session("k"))
+    store.close()
+    for record in (tmp_path / "s" / ".keys").glob("*.key"):
+        record.unlink()
+    again = encrypted_store(tmp_path, key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"))
+    with pytest.raises(KeyUnavailableError, match="no key record"):
+        again.load("k")
+
+
+def test_a_record_moved_to_another_session_does_not_open(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    store.session("a").append_message("user", "A")
+    store.session("b").append_message("user", "B")
+    store.close()
+    records = sorted((tmp_path / "s" / ".keys").glob("*.key"))
+    records[0].write_bytes(records[1].read_bytes())
+    os.chmod(records[0], 0o600)
+    again = encrypted_store(tmp_path, key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"))
+    failures = 0
+    for key in ("a", "b"):
+        try:
+            again.load(key)
+        except KeyUnavailableError:
+            failures += 1
+    assert failures == 1
+
+
+def test_key_file_is_private_and_loose_modes_are_refused(tmp_path: Path) -> None:
+    provider = key_file(tmp_path)
+    assert provider.path.stat().st_mode & 0o777 == 0o600
+    os.chmod(provider.path, 0o644)
+    with pytest.raises(UnsafePathError, match="0600"):
+        LocalKeyFile(provider.path)
+    store = encrypted_store(tmp_path / "x")
+    store.session("k")
+    keys_dir = tmp_path / "x" / "s" / ".keys"
+    assert keys_dir.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in keys_dir.glob("*.key"))
+
+
+def test_plaintext_sessions_stay_plaintext_beside_sealed_ones(tmp_path: Path) -> None:
+    plain = FileStore(tmp_path / "s", durability="none")
+    plain.session("old").append_message("user", "visible")
+    plain.close()
+    store = encrypted_store(tmp_path)
+    store.session("old").append_message("user", "still visible")
+    store.session("new").append_message("user", "hidden")
+    assert b"still visible" in store.read_bytes("old")
+    assert b"hidden" not in store.read_bytes("new")
+    assert contents(store, "new") == ["hidden"]
+
+
+def test_memory_store_seals_the_same_way() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(key_provider=LocalKeyFile(Path(tmp) / "m.key"))
+        write_secrets(store.session("k"))
+        data = store.read_bytes("k")
+        assert not [v for v in SECRETS.values() if v.encode() in data]
+        assert SECRETS["reply"] in json.dumps(contents(store, "k"))
+
+
+def test_history_window_reads_only_what_it_shows(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    s = store.session("k")
+    for i in range(50):
+        s.append_message("user", f"q{i}")
+        s.append_message("assistant", f"a{i}")
+    s.close()
+    state = store.load("k").state
+    msgs = projections.history(state, max_messages=4)
+    assert [m["content"] for m in msgs] == ["q48", "a48", "q49", "a49"]
+    opened = sum("message" in m.__dict__ for m in state.messages)
+    assert opened <= 6
