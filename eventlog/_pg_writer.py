@@ -186,6 +186,7 @@ class PgSessionWriter(SessionWriter):
                         hash_key=self._hash_key,
                         expected_seq=t.expected_seq,
                         event_id=t.event_id,
+                        seal=self._seal,
                     )
                 except EventLogError as exc:  # this append only: ConflictError, invalid
                     results.append(exc)

@@ -385,6 +385,7 @@ class PostgresStore(BaseStore):
                 token_counter=self.token_counter,
                 on_close=self._forget,
             )
+            self._arm_writer(writer)
             self._writers[key] = writer
             self._reports[key] = OpenReport(key, created=created)
             return writer
