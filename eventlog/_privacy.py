@@ -182,6 +182,46 @@ class PrivacyOps:
 
     # -- public operations -----------------------------------------------------------------------
 
+    def open_header(self, key: str, header: Header) -> Header:
+        """A header read from ``key``'s bytes by hand, its sealed values opened (as ``load``).
+
+        For tools that decode log bytes themselves (time travel, follow, viewers); a plaintext
+        header is returned as is. Raises :class:`KeyUnavailableError` without the keys.
+        """
+        if not header.sealing:
+            return header
+        return self._seal_of(key, header).open_header(header)
+
+    def open_events(self, key: str, header: Header, events: list[Event]) -> list[Event]:
+        """Events read from ``key``'s bytes by hand, opened as ``load`` opens them.
+
+        ``header`` is the session's header (as read, or opened); messages get their opener
+        (decrypted on use). A plaintext session's events are returned as they are.
+        """
+        if not header.sealing:
+            return events
+        seal = self._seal_of(key, header)
+        seal.note_dead(events)
+        return [seal.open_event(e) for e in events]
+
+    def finish_erasures(self, key: str) -> bool:
+        """Destroy keys an interrupted erase or redact left (the log records it); True if any.
+
+        ``replay.recover`` calls it for every session; opening a session for writing does too.
+        """
+        if self._keyring is None:
+            return False
+        store: BaseStore = self  # type: ignore[assignment]
+        data = store._read_raw(check_key(key))
+        header = header_of(data) if data else None
+        if header is None or not header.sealing:
+            return False
+        state = store.load(key).state
+        seal = self._seal_of(key, header)
+        before = seal.tree
+        self._finish_destroying(seal, state)
+        return seal.tree is not before
+
     @contextlib.contextmanager
     def _sealed_writer(self, key: str, what: str) -> Iterator[tuple[SessionWriter, SessionSeal]]:
         """This store's writer of ``key`` (opened for the call, and closed after, if need be)."""

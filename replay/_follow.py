@@ -147,7 +147,9 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
         )
         events = dec.feed(chunk)
         if dec.header is not None:
-            self.header = dec.header
+            self.header = self.store.open_header(self.key, dec.header)
+        if self.header is not None and self.header.sealing:
+            events = self.store.open_events(self.key, self.header, events)
         if dec.bad is not None:
             raise CorruptLogError(self._path, dec.bad.line, dec.bad.reason)
         self._offset = dec.offset

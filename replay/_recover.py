@@ -15,10 +15,11 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 
-from sessionledger.eventlog import BaseStore, LockedError, SessionNotFoundError
+from sessionledger.eventlog import BaseStore, EventLogError, LockedError, SessionNotFoundError
 
 from ._errors import RecoverRefusedError
 from ._report import Finding, RecoverReport, SessionRecover
@@ -114,6 +115,8 @@ def _recover_one(store: BaseStore, key: str, result: SessionRecover, views: View
             return  # corruption in the middle is reported, never repaired implicitly
         if any(r.view == "snapshot" and r.health != "valid" for r in recorded) or check.truncated:
             result.snapshot_rebuilt = rebuild_snapshot(store, key)
+        with contextlib.suppress(EventLogError):  # no keys here: nothing this run can finish
+            store.finish_erasures(key)  # keys an erase or redact cut short by a crash left
         return
     result.problems.append(Finding(result.path, 0, "the log kept changing while recovering it"))
 

@@ -122,6 +122,9 @@ def state_at(
         start, events, last = decoded.header, decoded.events, decoded.last_seq
     if seq is not None and last < seq:
         raise PointNotFoundError(path, f"seq {seq} is past the end of the log (seq {last})")
+    if start.sealing:  # an encrypted session: open what the store would open
+        events = store.open_events(key, start, list(events))
+        start = store.open_header(key, start)
     with paused_gc():
         state = fold(start, events)
     if fast is not None:
