@@ -13,10 +13,11 @@ Rules:
 
 from __future__ import annotations
 
+import heapq
 import threading
 import weakref
-from collections.abc import Callable, Iterable
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from operator import attrgetter
 from typing import Final, Literal
@@ -24,6 +25,8 @@ from typing import Final, Literal
 from sessionledger.eventlog import BaseStore, InvalidEventError
 
 from ._catalog import CatalogFilter, CatalogQuery, _refresh, catalog_conversations
+from ._catalog_file import Catalog
+from ._catalog_log import name_for
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, ended_of_record, infos_from_records
@@ -97,7 +100,11 @@ _flat: weakref.WeakKeyDictionary[BaseStore, _Flat] = weakref.WeakKeyDictionary()
 _flat_lock = threading.Lock()
 
 
-def _all_ordered(store: BaseStore, order: ConversationOrder) -> list[ConversationInfo]:
+def _all_ordered(
+    store: BaseStore, order: ConversationOrder, lazy: bool = False
+) -> Iterable[ConversationInfo]:
+    """Every conversation in ``order``: the kept list, or (``lazy``, newest first, nothing kept
+    yet) a stream that decodes only the catalog entries of the sessions it reaches."""
     cat = _refresh(store, rebuild=False)
     rows = cat.rows
     with _flat_lock:
@@ -112,9 +119,51 @@ def _all_ordered(store: BaseStore, order: ConversationOrder) -> list[Conversatio
             flat.rows, flat.lists = rows, {}
         got = flat.lists.get(order)
         if got is None:
+            if lazy and order == "updated":
+                return _newest_first(store, cat, rows)
             ended = {e.key: e.ended for e in cat.entries().values() if e.key and e.ended}
             got = flat.lists[order] = _ordered(rows, ended, order)
         return got
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+def _newest_first(
+    store: BaseStore, cat: Catalog, rows: list[SessionInfo]
+) -> Iterator[ConversationInfo]:
+    """Conversations newest activity first, merged lazily from rows in listing order.
+
+    A session's ended conversations are never newer than its current one, so an ended row is
+    emitted once no later session's current row can come before it.
+    """
+    heap: list[tuple[int, str, int, int, ConversationInfo]] = []
+    tie = 0
+
+    def rank(c: ConversationInfo) -> tuple[int, str, int]:
+        return (-((c.updated_at - _EPOCH) // _MICRO), c.key, -c.start_seq)
+
+    for info in rows:
+        ended = _entry_ended(store, cat, info.key) if info.ended else ()
+        current = current_row(info, ended)
+        top = rank(current)
+        while heap and heap[0][:3] < top:
+            yield heapq.heappop(heap)[4]
+        yield current
+        for past in ended:
+            tie += 1
+            heapq.heappush(heap, (*rank(past), tie, past))
+    while heap:
+        yield heapq.heappop(heap)[4]
+
+
+def _entry_ended(store: BaseStore, cat: Catalog, key: str) -> tuple[ConversationInfo, ...]:
+    name = name_for(store, key)
+    for entry in cat.bucket(store.log_slot(name)):
+        if entry.name == name and entry.key == key:
+            return entry.ended
+    return ()
 
 
 def list_conversations(
@@ -162,7 +211,7 @@ def list_conversations(
     elif isinstance(store, CatalogQuery):
         ordered = _ordered(store.query_catalog(sessions), {}, order)
     elif sessions == CatalogFilter():
-        ordered = _all_ordered(store, order)
+        ordered = _all_ordered(store, order, lazy=limit is not None)
     else:
         rows, ended = catalog_conversations(store, sessions)
         ordered = _ordered(rows, ended, order)

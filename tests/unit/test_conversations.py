@@ -266,3 +266,30 @@ def test_a_resume_cut_short_finishes_on_retry(
     assert sum(1 for e in store.events(KEY) if isinstance(e, ConversationResumed)) == 1
     assert store.resume(KEY, 0, id="r1") == seq
     assert replay.verify(store).ok
+
+
+def test_a_page_from_a_fresh_process_equals_the_full_order(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(5)
+    root = tmp_path / "s"
+    with FileStore(root, durability="none") as store:
+        keys = [f"agent:telegram:{n}" for n in range(25)]
+        for _ in range(120):  # interleaved activity: ended conversations of many ages
+            key = rng.choice(keys)
+            s = store.session(key)
+            s.append_message("user", f"hello {key}")
+            if rng.random() < 0.3:
+                store.new_session(key)
+        store.archive(keys[3])
+    with FileStore(root, durability="none") as store:
+        full = list_conversations(store)
+    for offset, limit in ((0, 1), (0, 7), (3, 11), (40, 100), (0, 1000)):
+        with FileStore(root, durability="none") as fresh:  # nothing kept: the lazy merge
+            page = list_conversations(fresh, limit=limit, offset=offset)
+        assert page == full[offset : offset + limit], (offset, limit)
+    with FileStore(root, durability="none") as fresh:
+        assert (
+            list_conversations(fresh, limit=5, current=False)
+            == [c for c in full if not c.current][:5]
+        )

@@ -66,6 +66,12 @@ def bench_conversations(ctx: Context) -> list[Row]:
     def conversations_fresh() -> float:
         return timed(lambda: projections.list_conversations(FileStore(root)))
 
+    def sessions_fresh_page() -> float:
+        return timed(lambda: projections.list_sessions(FileStore(root), limit=20))
+
+    def conversations_fresh_page() -> float:
+        return timed(lambda: projections.list_conversations(FileStore(root), limit=20))
+
     def sessions_page(store: Any = store) -> float:
         return timed(lambda: projections.list_sessions(store, limit=20))
 
@@ -75,12 +81,14 @@ def bench_conversations(ctx: Context) -> list[Row]:
     t_conv, t_sess = medians(runs, conversations, sessions)
     t_conv_fresh, t_sess_fresh = medians(runs, conversations_fresh, sessions_fresh)
     t_conv_page, t_sess_page = medians(runs, conversations_page, sessions_page)
+    t_conv_fp, t_sess_fp = medians(runs, conversations_fresh_page, sessions_fresh_page)
     what = f"{count:,} sessions x {per} conversations"
     rows = []
     for label, ours, base in (
         ("catalog current", t_conv, t_sess),
         ("new store object", t_conv_fresh, t_sess_fresh),
         ("limit=20", t_conv_page, t_sess_page),
+        ("new store object, limit=20", t_conv_fp, t_sess_fp),
     ):
         rows.append(
             Row(
