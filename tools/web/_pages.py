@@ -147,7 +147,7 @@ def list_body(listing_html: str) -> str:
     )
     return (
         '<h1>Sessions</h1><form class="filters" id="filters">'
-        '<input name="q" type="search" placeholder="Search key, title, first message" '
+        '<input name="q" type="search" placeholder="Search sessions and what was said" '
         'autocomplete="off">'
         '<input name="channel" placeholder="channel" size="10">'
         '<input name="agent" placeholder="agent" size="10">'
