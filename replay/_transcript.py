@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from sessionledger.eventlog import (
+    WITHHELD,
     Cleared,
     Compacted,
     Consolidated,
@@ -127,7 +128,8 @@ def message_item(event: MessageAppended, redaction: Redaction = NO_REDACTION) ->
         ts=event.ts,
         kind="message",
         role=role if isinstance(role, str) else None,
-        content=message.get("content"),
+        # Erased or redacted content (encryption at rest) shows as such, never as an empty turn.
+        content=f"[{message[WITHHELD]}]" if message.get(WITHHELD) else message.get("content"),
         tool_calls=_tool_calls(message) if message.get("tool_calls") != MASK else [],
         tool_call_id=tcid if isinstance(tcid, str) else None,
         name=name if isinstance(name, str) else None,

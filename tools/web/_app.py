@@ -283,6 +283,7 @@ def create_app(
         def build() -> str:
             index = logs.get(key, path_of(key))
             events, _ = index.events(seq, seq, store.hash_key)
+            events = index.open_with(store, events)
             items = replay.build_items(events, redaction=redaction)
             if not items or items[0].kind != "message":
                 raise _BadRequest(f"seq {seq} is not a message of {key!r}")

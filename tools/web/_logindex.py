@@ -248,6 +248,13 @@ class LogIndex:
         split = split_hash(tail[:-1]) if tail.endswith(b"\n") else None
         return split[1] if split is not None else ZERO_HASH
 
+    def open_with(self, store: BaseStore, events: list[Event]) -> list[Event]:
+        """``events`` opened by ``store`` when the session is sealed (encryption at rest)."""
+        header = self.header
+        if header is None or not header.sealing:
+            return events
+        return store.open_events(header.key, header, events)
+
     def events(self, lo: int, hi: int, hash_key: bytes) -> tuple[list[Event], list[BadLine]]:
         """Events with ``lo <= seq <= hi`` (clamped to the log), checked; and the bad lines."""
         lo = max(lo, self.base + 1)
@@ -327,6 +334,7 @@ class LogCache:
                 events, bad = index.events(state.seq + 1, index.last_seq, self.store.hash_key)
                 if bad:
                     raise CorruptLogError(path, bad[0].line, bad[0].reason)
+                events = index.open_with(self.store, events)
                 for event in events:
                     apply(state, event)
             index.state = state

@@ -189,6 +189,7 @@ def timeline_page(
     if hi < lo:
         return TimelinePage("", lo, hi, index.last_seq)
     events, bad = index.events(lo, hi + LOOKAHEAD, store.hash_key)
+    events = index.open_with(store, events)
     page = [e for e in events if e.seq <= hi]
     following = [e for e in events if e.seq > hi]
 
