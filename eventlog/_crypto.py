@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 SEALING: Final = "aes-256-gcm/keytree-16x8"
 SEALED: Final = "$sealed"
 _SEALED_OPEN: Final = b',"$sealed":"'
+_ROLES: Final = {r: encode_json(r) for r in ("user", "assistant", "tool", "system", "developer")}
 #: How a sealed compaction summary starts inside a snapshot (a NUL never starts a summary
 #: this library seals: the marker and the base64 after it are all it holds).
 _SUMMARY_MARK: Final = "\x00sealed:"
@@ -207,7 +208,7 @@ class Keyring:
 class SessionSeal:
     """Seals and opens one session's content with its key tree."""
 
-    __slots__ = ("_ciphers", "dead", "key", "keyring", "session_id", "tree")
+    __slots__ = ("_aad_prefix", "_ciphers", "dead", "key", "keyring", "session_id", "tree")
 
     def __init__(self, keyring: Keyring, key: str, session_id: str, tree: KeyTree) -> None:
         self.keyring = keyring
@@ -218,6 +219,7 @@ class SessionSeal:
         #: even before the key store has caught up (a crash between the two).
         self.dead: tuple[int, set[int]] = (-1, set())
         self._ciphers: dict[int, AESGCM] = {}
+        self._aad_prefix = f"sl1|{session_id}|".encode()
 
     # -- keys ------------------------------------------------------------------------------------
 
@@ -236,7 +238,7 @@ class SessionSeal:
         return cipher
 
     def _aad(self, seq: int, name: str) -> bytes:
-        return f"sl1|{self.session_id}|{seq}|{name}".encode()
+        return b"%s%d|%s" % (self._aad_prefix, seq, name.encode())
 
     def destroyed(self, seq: int) -> str | None:
         """``"erased"`` or ``"redacted"`` when the content of ``seq`` was destroyed, else None."""
@@ -299,14 +301,29 @@ class SessionSeal:
         seq = event.seq
         match event:
             case MessageAppended():
+                # The hot path (one per append): no cipher cache, the role's JSON cached.
                 message = event.message
-                sealed = self.seal_bytes(seq, "message", bytes(event.body))
-                body = b'{"role":%s,"%s":"%s"}' % (
-                    encode_json(message.get("role")),
-                    SEALED.encode(),
-                    sealed.encode("ascii"),
+                leaf = self.tree.leaf(seq)
+                if leaf is None:
+                    raise KeyUnavailableError(
+                        f"session {self.key!r} seq {seq}", "its key is not in the key store"
+                    )
+                nonce = _nonce()
+                sealed = _aead()(leaf).encrypt(nonce, bytes(event.body), self._aad(seq, "message"))
+                role = message.get("role")
+                role_json = _ROLES.get(role) if isinstance(role, str) else None
+                body = b"".join(
+                    (
+                        b'{"role":',
+                        role_json or encode_json(role),
+                        _SEALED_OPEN,
+                        b2a_base64(nonce + sealed, newline=False),
+                        b'"}',
+                    )
                 )
-                out = msgspec.structs.replace(event, body=msgspec.Raw(body))
+                out = MessageAppended(
+                    seq=seq, ts=event.ts, id=event.id, body=msgspec.Raw(body), tokens=event.tokens
+                )
                 out.__dict__["message"] = message
                 out.__dict__["_open"] = self.open_message
                 return out

@@ -48,7 +48,13 @@ _SESSION_ID: Final = re.compile(r"[0-9a-f]{8,64}")
 _KEYFILE_FORMAT: Final = "sessionledger-master-keys"
 
 
+_AEAD: list[type[AESGCM]] = []
+
+
 def _aead() -> type[AESGCM]:
+    """The AES-GCM class (imported once: ``cryptography`` is the optional ``crypto`` extra)."""
+    if _AEAD:
+        return _AEAD[0]
     try:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError as exc:  # pragma: no cover - the [crypto] extra is missing
@@ -56,6 +62,7 @@ def _aead() -> type[AESGCM]:
             "encryption",
             "the cryptography package is not installed (pip install 'sessionledger[crypto]')",
         ) from exc
+    _AEAD.append(AESGCM)
     return AESGCM
 
 
