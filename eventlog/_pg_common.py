@@ -441,12 +441,14 @@ class PgTarget:
         """Keyword arguments of every connection."""
         return {"connect_timeout": max(2, math.ceil(self.connect_timeout)), "autocommit": True}
 
-    def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """One connection now, or a :class:`StorageError` naming host and port."""
+    def connect(
+        self, cls: type[psycopg.Connection[tuple[Any, ...]]] | None = None
+    ) -> psycopg.Connection[tuple[Any, ...]]:
+        """One connection now (of ``cls``), or a :class:`StorageError` naming host and port."""
         import psycopg
 
         try:
-            return psycopg.connect(self.dsn, **self.connect_kwargs())
+            return (cls or psycopg.Connection).connect(self.dsn, **self.connect_kwargs())
         except Exception as exc:
             raise StorageError(self.where, "connect", " ".join(str(exc).split())) from exc
 

@@ -85,6 +85,22 @@ def snapshot_seq(data: bytes) -> int | None:
         return None
 
 
+def _adopting(
+    spare: list[psycopg.Connection[tuple[Any, ...]]],
+) -> type[psycopg.Connection[tuple[Any, ...]]]:
+    """A connection class whose ``connect`` hands out ``spare``'s connection first."""
+    import psycopg
+
+    class _Connection(psycopg.Connection[tuple[Any, ...]]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            if spare:
+                return spare.pop()
+            return super().connect(conninfo, **kwargs)
+
+    return _Connection
+
+
 @dataclass(slots=True)
 class _Raw:
     io: _PgIO
@@ -136,12 +152,18 @@ class PostgresStore(BaseStore):
         self.schema = schema
         self._where = self.target.where
         self._sql = self.target.statements()
-        with self.target.connect() as conn:
-            try:
-                if not is_current(conn, schema):  # the usual case costs one query
-                    migrate(conn, schema, self._where)
-            except Exception as exc:
-                raise translate(exc, self._where, "migrate") from exc
+        # The first connection (made here, so a bad DSN fails fast and clearly) checks the
+        # schema, then becomes the pool's first connection: a new store connects once.
+        spare: list[psycopg.Connection[tuple[Any, ...]]] = []
+        connection_class = _adopting(spare)
+        conn = self.target.connect(connection_class)
+        try:
+            if not is_current(conn, schema):  # the usual case costs one query
+                migrate(conn, schema, self._where)
+        except Exception as exc:
+            conn.close()
+            raise translate(exc, self._where, "migrate") from exc
+        spare.append(conn)
         sync_off = self.durability == "none"
 
         def configure(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -152,6 +174,7 @@ class PostgresStore(BaseStore):
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = (
             psycopg_pool.ConnectionPool(
                 dsn,
+                connection_class=connection_class,
                 kwargs=self.target.connect_kwargs(),
                 min_size=1,
                 max_size=max(1, pool_size),
