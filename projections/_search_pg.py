@@ -36,6 +36,8 @@ _SCHEMA: Final = (
     "conversation bigint NOT NULL, channel text, role text NOT NULL, ts timestamptz NOT NULL, "
     "body text NOT NULL, tsv tsvector NOT NULL, PRIMARY KEY (key, seq))",
     "CREATE INDEX IF NOT EXISTS search_docs_tsv ON {s}.search_docs USING gin (tsv)",
+    # Newest first: a common word's newest matches are read in time order and the scan stops.
+    "CREATE INDEX IF NOT EXISTS search_docs_ts ON {s}.search_docs (ts DESC)",
 )
 _encode = msgspec.msgpack.Encoder().encode
 _decode_mark = msgspec.msgpack.Decoder(Mark).decode

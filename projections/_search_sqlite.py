@@ -185,7 +185,6 @@ class SqliteBackend:
                 raise
             for key, _, after, _, _ in updates:
                 known[key] = (after.seq, after.head)
-            self._known = None if len(known) > 10 * len(updates) + 1_000_000 else known
 
     @staticmethod
     def _rollback(db: sqlite3.Connection) -> None:
