@@ -91,6 +91,7 @@ from ._pg_schema import SchemaVersionError
 from ._portable import portable, to_data
 from ._postgres import PostgresStore
 from ._postgres_async import AsyncPostgresStore
+from ._safeio import read_regular_file
 from ._store import BaseStore
 from ._store_types import CutReport, LoadedLog, OpenReport, Store
 from ._tokens import AGENTS_ITEM_KEY, TiktokenCounter, TokenCounter, estimate_tokens
@@ -199,6 +200,7 @@ __all__ = (
     "normalize_key",
     "portable",
     "preview_candidates",
+    "read_regular_file",
     "split_hash",
     "stem_to_key",
     "to_data",

@@ -59,6 +59,7 @@ from ._safeio import (
     read_bytes,
     read_first_line,
     storage_error,
+    sweep_temps,
     write_atomic,
 )
 from ._seal import seal, unseal
@@ -453,6 +454,19 @@ class FileStore(BaseStore):
             lock = self.__dict__.setdefault("_trash_mutex", made)
         assert isinstance(lock, TrashLock)
         return lock
+
+    def clean_leftovers(self) -> list[str]:
+        """Remove what crashed processes left (view temporaries, half-done trash moves).
+
+        Temporaries of live processes are left alone. Returns what was done, one sentence each.
+        """
+        done = [f"removed the temporary {path}" for path in sweep_temps(str(self.root))]
+        trash = self.root / ".trash"
+        if trash.is_dir() and not trash.is_symlink():
+            lock = self._trash_lock()
+            with lock:
+                done += lock.settled
+        return done
 
     def _restored_meanwhile(self, entry_id: str) -> str | None:
         return self._trash_lock().completed.pop(entry_id, None)

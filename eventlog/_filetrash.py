@@ -108,6 +108,8 @@ class TrashLock:
         self._fd = -1
         #: Restores that :func:`settle` completed: entry id -> key.
         self.completed: dict[str, str] = {}
+        #: What the last :func:`settle` (on taking the lock) did.
+        self.settled: list[str] = []
 
     def __enter__(self) -> TrashLock:
         self._mutex.acquire()
@@ -115,7 +117,7 @@ class TrashLock:
             if self._depth == 0:
                 self._fd = self._take()
                 try:
-                    settle(self._root, sync=self._sync, completed=self.completed)
+                    self.settled = settle(self._root, sync=self._sync, completed=self.completed)
                 except BaseException:
                     os.close(self._fd)
                     self._fd = -1

@@ -141,6 +141,17 @@ def read_bytes(path: str, *, action: str = "read") -> bytes | None:
     return None if got is None else got[1]
 
 
+def read_regular_file(path: str | os.PathLike[str]) -> bytes | None:
+    """A file's bytes read the store's one safe way (never through a symlink, never blocking on
+    a FIFO, only a regular file); None if it does not exist.
+
+    Raises:
+        UnsafePathError: a symlink, or not a regular file.
+        StorageError: the read failed.
+    """
+    return read_bytes(os.fspath(path))
+
+
 def read_first_line(path: str, *, limit: int = 1 << 24) -> bytes | None:
     """The first line of a regular file (without its newline), at most ``limit`` bytes."""
     try:

@@ -22,7 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from sessionledger.eventlog import BaseStore, CorruptLogError, SessionState, decode_log, key_to_stem
+from sessionledger.eventlog import (
+    BaseStore,
+    CorruptLogError,
+    EventLogError,
+    SessionState,
+    decode_log,
+    key_to_stem,
+    read_regular_file,
+)
 
 from ._views import where
 
@@ -104,11 +112,18 @@ def nanobot_name(key: str) -> str:
     return _UNSAFE.sub("_", key.replace(":", "_")).strip() + ".jsonl"
 
 
+def _same_bytes(path: Path, data: bytes) -> bool:
+    try:
+        return read_regular_file(path) == data
+    except EventLogError:  # a symlink, a FIFO, a directory: never ours to overwrite
+        return False
+
+
 def _write_new(path: Path, data: bytes) -> Literal["written", "unchanged", "clash"]:
     if path.is_symlink():
         return "clash"
     if path.exists():
-        return "unchanged" if path.read_bytes() == data else "clash"
+        return "unchanged" if _same_bytes(path, data) else "clash"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -121,7 +136,7 @@ def _write_new(path: Path, data: bytes) -> Literal["written", "unchanged", "clas
     try:
         os.link(tmp, path)  # fails if the name appeared meanwhile: never overwrite
     except FileExistsError:
-        return "unchanged" if path.read_bytes() == data else "clash"
+        return "unchanged" if _same_bytes(path, data) else "clash"
     finally:
         os.unlink(tmp)
     return "written"

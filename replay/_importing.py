@@ -13,7 +13,6 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,7 +28,10 @@ from sessionledger.eventlog import (
     Header,
     KnownEvent,
     MessageAppended,
+    StorageError,
+    UnsafePathError,
     encode_lines,
+    read_regular_file,
 )
 
 from ._errors import ForeignFormatError
@@ -217,11 +219,14 @@ def monotonic(times: Sequence[datetime | None], start: datetime) -> list[datetim
 def read_source(path: Path) -> bytes:
     """Read a foreign file, translating OS errors into :class:`ForeignFormatError`."""
     try:
-        if path.is_symlink():
-            raise ForeignFormatError(str(path), "it is a symlink; not followed")
-        return path.read_bytes()
-    except OSError as exc:
-        raise ForeignFormatError(str(path), os.strerror(exc.errno or 0) or str(exc)) from exc
+        data = read_regular_file(path)
+    except UnsafePathError as exc:
+        raise ForeignFormatError(str(path), exc.reason + "; not followed") from exc
+    except StorageError as exc:
+        raise ForeignFormatError(str(path), exc.cause) from exc
+    if data is None:
+        raise ForeignFormatError(str(path), "no such file or directory")
+    return data
 
 
 def source_files(path: Path, suffix: str) -> list[Path]:

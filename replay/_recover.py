@@ -19,7 +19,13 @@ import contextlib
 import time
 from collections.abc import Iterable
 
-from sessionledger.eventlog import BaseStore, EventLogError, LockedError, SessionNotFoundError
+from sessionledger.eventlog import (
+    BaseStore,
+    EventLogError,
+    FileStore,
+    LockedError,
+    SessionNotFoundError,
+)
 
 from ._errors import RecoverRefusedError
 from ._report import Finding, RecoverReport, SessionRecover
@@ -32,7 +38,8 @@ _RETRIES = 3
 def recover(
     store: BaseStore, *, keys: Iterable[str] | None = None, skip_locked: bool = False
 ) -> RecoverReport:
-    """Cut torn tails, check every log, rebuild stale snapshots and the catalog.
+    """Cut torn tails, check every log, rebuild stale snapshots and the catalog, and remove
+    what crashed processes left (view temporaries; a trash move or restore half done).
 
     Args:
         keys: only these sessions (default: all); the catalog is rebuilt either way.
@@ -63,6 +70,8 @@ def recover(
             except SessionNotFoundError:
                 continue  # deleted meanwhile
         report.sessions.append(result)
+    if isinstance(store, FileStore):
+        report.leftovers = store.clean_leftovers()
     report.catalog_rebuilt = rebuild_catalog(store)
     report.seconds = time.perf_counter() - started
     return report

@@ -128,6 +128,9 @@ class RecoverReport(_StoreReport["SessionRecover"]):
     """What :func:`replay.recover` did, per session and for the whole store."""
 
     catalog_rebuilt: bool = False
+    #: What crashed processes had left and recover removed or completed (temporaries of view
+    #: writes, trash moves), one sentence each.
+    leftovers: list[str] = field(default_factory=list)
 
     @property
     def tails_cut(self) -> list[tuple[str, int]]:

@@ -152,3 +152,21 @@ def test_the_one_opener_refuses_without_blocking(
         assert isinstance(error, EventLogError) and "not a regular file" in str(error)
         assert str(path) in str(error)
     assert isinstance(run(lambda: read_bytes(str(path))), EventLogError)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink to fifo"])
+def test_import_and_export_never_block_on_a_fifo(
+    tmp_path: Path, kind: str, sockets: list[socket.socket]
+) -> None:
+    store = make_store(tmp_path / "store")
+    source = tmp_path / "in" / "k.jsonl"
+    source.parent.mkdir()
+    plant(source, kind, sockets)
+    for importer in (replay.import_log, replay.import_nanobot, replay.import_session_json):
+        error = run(lambda imp=importer: imp(store, source))  # type: ignore[misc]
+        assert_clear(error)
+    out = tmp_path / "out"
+    out.mkdir()
+    plant(out / store.path_for("good").name, kind, sockets)
+    error = run(lambda: replay.export_store(store, out))
+    assert_clear(error)
