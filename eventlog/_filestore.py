@@ -17,7 +17,6 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import contextlib
 import errno
 import fcntl
 import os
@@ -58,6 +57,7 @@ from ._safeio import (
     open_regular,
     read_bytes,
     read_first_line,
+    remove,
     storage_error,
     sweep_temps,
     write_atomic,
@@ -221,11 +221,14 @@ class FileStore(BaseStore):
         if os.path.exists(root) and not os.path.isdir(root):
             raise NotALogError(root, "it is a file, not a store directory")
         created = not os.path.exists(root)
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        if created:
-            os.chmod(root, 0o700)
-            if self.durability != "none":
-                fsync_dir(str(self.root.parent))
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            if created:
+                os.chmod(root, 0o700)
+        except OSError as exc:
+            raise storage_error(root, "create the store directory", exc) from exc
+        if created and self.durability != "none":
+            fsync_dir(str(self.root.parent))
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -372,6 +375,8 @@ class FileStore(BaseStore):
             entries = list(os.scandir(self.root))
         except FileNotFoundError as exc:
             raise NotALogError(str(self.root), "the store directory is gone") from exc
+        except OSError as exc:
+            raise storage_error(str(self.root), "list", exc) from exc
         for entry in entries:
             name = entry.name
             if not name.endswith(LOG_SUFFIX) or name.startswith("."):
@@ -410,8 +415,7 @@ class FileStore(BaseStore):
             return False
         try:
             for path in (self.snapshot_path(key), self.quarantine_path(key), self.path_for(key)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+                remove(str(path))
             if self.durability != "none":
                 fsync_dir(str(self.root))
         finally:
@@ -520,4 +524,6 @@ class FileStore(BaseStore):
             st = os.stat(self.path_for(key), follow_symlinks=False)
         except FileNotFoundError as exc:
             raise SessionNotFoundError(key) from exc
+        except OSError as exc:
+            raise storage_error(str(self.path_for(key)), "stat", exc) from exc
         return {"size": st.st_size, "mtime": st.st_mtime}

@@ -11,11 +11,13 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 
 from ._errors import UnsafePathError
-from ._safeio import read_regular, remove
+from ._safeio import read_regular, remove, storage_error
 from ._views import LogStat
 
 
@@ -38,11 +40,24 @@ def read_from(path: str, offset: int) -> tuple[int, bytes] | None:
         return None
 
 
+@contextlib.contextmanager
+def _listing(directory: str) -> Iterator[Iterator[os.DirEntry[str]]]:
+    """``os.scandir`` with its failures (but absence) as a StorageError naming the directory."""
+    try:
+        entries = os.scandir(directory)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise storage_error(directory, "list", exc) from exc
+    with entries:
+        yield entries
+
+
 def scan_logs(directory: str, suffix: str) -> list[LogStat]:
     """Every regular ``*suffix`` file not starting with ``.`` in ``directory``, from one scan."""
     out: list[LogStat] = []
     append = out.append
-    with os.scandir(directory) as entries:
+    with _listing(directory) as entries:
         for entry in entries:
             name = entry.name
             if not name.endswith(suffix) or name[0] == ".":
@@ -61,7 +76,7 @@ def list_log_names(directory: str, suffix: str) -> list[str]:
 
     An entry whose type the directory does not record is stat-ed (``is_file`` does it).
     """
-    with os.scandir(directory) as entries:
+    with _listing(directory) as entries:
         return [
             entry.name
             for entry in entries

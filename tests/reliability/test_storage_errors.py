@@ -1,0 +1,73 @@
+"""Every ``OSError`` from a path the file store touches is a ``StorageError`` naming the file,
+and a failed write of a side file leaves nothing behind (faults injected at the OS calls)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionledger import projections
+from sessionledger.eventlog import FileStore, StorageError, _safeio
+
+
+def failing(code: int) -> Callable[..., Any]:
+    def fail(*_args: object, **_kwargs: object) -> Any:
+        raise OSError(code, os.strerror(code))
+
+    return fail
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FileStore:
+    store = FileStore(tmp_path, durability="none")
+    with store.session("k") as w:
+        w.append_message("user", "hello")
+    return store
+
+
+def test_a_read_error_names_the_log(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "pread", failing(errno.EIO))
+    for op in (lambda: store.load("k"), lambda: store.read_bytes("k"), lambda: store.exists("k")):
+        with pytest.raises(StorageError) as info:
+            op()
+        assert info.value.path == str(store.path_for("k"))
+        assert "Input/output error" in str(info.value)
+
+
+def test_a_listing_error_names_the_directory(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "scandir", failing(errno.EIO))
+    for op in (store.keys, lambda: projections.list_sessions(store)):
+        with pytest.raises(StorageError) as info:
+            op()
+        assert info.value.path == str(store.root)
+
+
+def test_a_remove_error_names_the_file(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "unlink", failing(errno.EROFS))
+    with pytest.raises(StorageError, match="Read-only file system"):
+        store.delete("k")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.EDQUOT])
+def test_a_full_disk_while_writing_a_view_leaves_nothing(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    monkeypatch.setattr(_safeio, "_write", failing(code))
+    with pytest.raises(StorageError) as info:
+        projections.write_snapshot(store, "k")
+    assert os.strerror(code) in str(info.value)
+    with pytest.raises(StorageError):
+        projections.rebuild_catalog(store)
+    monkeypatch.undo()
+    assert not store.snapshot_path("k").exists()
+    assert list((store.root / _safeio.TEMP_DIR).iterdir()) == []
+    assert [p.name for p in store.root.iterdir() if p.stat().st_size == 0] == []
+    projections.write_snapshot(store, "k")  # the disk is back
+    assert store.snapshot_path("k").exists()
