@@ -218,3 +218,26 @@ def test_history_window_reads_only_what_it_shows(tmp_path: Path) -> None:
     assert [m["content"] for m in msgs] == ["q48", "a48", "q49", "a49"]
     opened = sum("message" in m.__dict__ for m in state.messages)
     assert opened <= 6
+
+
+def test_a_planted_session_id_names_no_file(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from sessionledger.eventlog import ZERO_HASH, Header, encode_line
+    from sessionledger.eventlog._crypto import SEALING
+
+    store = encrypted_store(tmp_path)
+    store.session("real").append_message("user", "x")
+    now = datetime.now(UTC)
+    header = Header(
+        seq=0, ts=now, id="../../../evil", key="planted", created_at=now, sealing=SEALING
+    )
+    line, _ = encode_line(header, ZERO_HASH)
+    store.path_for("planted").write_bytes(line)
+    os.chmod(store.path_for("planted"), 0o600)
+    with pytest.raises(KeyUnavailableError, match="session id"):
+        store.load("planted")
+    with pytest.raises(KeyUnavailableError):
+        store.session("planted")
+    assert not (tmp_path / "evil.key").exists() and not (tmp_path / "s" / "evil.key").exists()
+    assert contents(store, "real") == ["x"]
