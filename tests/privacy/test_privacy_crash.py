@@ -107,3 +107,77 @@ def test_crash_at_every_step_of_rotation(tmp_path: Path) -> None:
             _check_after(root, "rotate")
         else:
             assert nth == 5  # only four replaces happen
+
+
+def _redact_in_child(root: str, seq: int, start: float) -> None:
+    import time as _time
+
+    store = FileStore(
+        Path(root) / "s", key_provider=LocalKeyFile(Path(root) / "master.key"), lock_timeout=30
+    )
+    while _time.time() < start:
+        _time.sleep(0.001)
+    store.redact("victim", seq, by=f"process {seq}")
+    store.close()
+
+
+@pytest.mark.slow
+def test_two_processes_redacting_at_once_both_stick(tmp_path: Path) -> None:
+    import multiprocessing
+    import time as _time
+
+    _setup(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    start = _time.time() + 1.5
+    procs = [ctx.Process(target=_redact_in_child, args=(str(tmp_path), s, start)) for s in (1, 3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    store = FileStore(tmp_path / "s", key_provider=LocalKeyFile(tmp_path / "master.key"))
+    # Neither read-modify-write of the key record undid the other's destruction.
+    assert not _leaf_alive(store, "victim", 1) and not _leaf_alive(store, "victim", 3)
+    assert _leaf_alive(store, "victim", 2)
+    assert _contents(store, "victim") == [None, "victim two", None]
+    assert replay.verify(FileStore(tmp_path / "s")).ok
+
+
+def _destroy_in_child(root: str, sid: str, seqs: list[int], start: float) -> None:
+    import time as _time
+
+    from sessionledger.eventlog._crypto import Keyring
+    from sessionledger.eventlog._keystore import FileKeyStore
+
+    keyring = Keyring(LocalKeyFile(Path(root) / "master.key"), FileKeyStore(Path(root) / "s/.keys"))
+    while _time.time() < start:
+        pass
+    for seq in seqs:
+        keyring.destroy(sid, seq, seq)
+
+
+@pytest.mark.slow
+def test_key_store_lock_keeps_concurrent_destructions(tmp_path: Path) -> None:
+    import multiprocessing
+    import time as _time
+
+    _setup(tmp_path)
+    store = FileStore(tmp_path / "s", key_provider=LocalKeyFile(tmp_path / "master.key"))
+    sid = store.load("victim").state.id
+    ctx = multiprocessing.get_context("spawn")
+    start = _time.time() + 1.5
+    odd, even = list(range(1, 40, 2)), list(range(2, 40, 2))
+    procs = [
+        ctx.Process(target=_destroy_in_child, args=(str(tmp_path), sid, seqs, start))
+        for seqs in (odd, even)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    keyring = store.keyring
+    assert keyring is not None
+    tree = keyring.tree(sid)
+    assert [s for s in range(1, 40) if tree.leaf(s) is not None] == []  # none came back
+    assert tree.leaf(40) is not None
