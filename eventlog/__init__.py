@@ -80,10 +80,13 @@ from ._fold import (
     fold,
     initial_state,
     preview_candidates,
+    state_enc_hook,
 )
+from ._idindex import IdIndex
 from ._keystore import FileKeyStore, KeyProvider, KeyStore, LocalKeyFile, MemoryKeyStore
 from ._lifecycle import CleanupReport, EndHook, TrashEntry, workspace_key, workspace_prefix
 from ._memstore import MemoryStore
+from ._msgindex import MessageList
 from ._names import key_to_stem, stem_to_key
 from ._pg_common import CatalogRecord
 from ._pg_io import CommitUnknownError
@@ -143,6 +146,7 @@ __all__ = (
     "FileKeyStore",
     "FileStore",
     "Header",
+    "IdIndex",
     "InvalidEventError",
     "KeyProvider",
     "KeyStore",
@@ -158,6 +162,7 @@ __all__ = (
     "MemoryKeyStore",
     "MemoryStore",
     "MessageAppended",
+    "MessageList",
     "MetadataChanged",
     "NewerFormatError",
     "NotALogError",
@@ -202,6 +207,7 @@ __all__ = (
     "preview_candidates",
     "read_regular_file",
     "split_hash",
+    "state_enc_hook",
     "stem_to_key",
     "to_data",
     "verify_chain",

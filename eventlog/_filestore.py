@@ -39,6 +39,7 @@ from ._errors import (
     StorageError,
     UnsafePathError,
 )
+from ._fileindex import FileIndexFiles
 from ._filetrash import TrashLock, list_entries, move_to_trash, purge_entry, restore_entry
 from ._fileviews import (
     list_log_names,
@@ -48,9 +49,10 @@ from ._fileviews import (
     scan_logs,
     stat_log,
 )
+from ._indexsnap import IndexMeta
 from ._keystore import FileKeyStore, KeyProvider, KeyStore
 from ._lifecycle import TrashEntry
-from ._names import key_to_stem, stem_to_key
+from ._names import check_key, key_to_stem, stem_to_key
 from ._safeio import (
     append_private,
     fsync_dir,
@@ -63,6 +65,7 @@ from ._safeio import (
     write_atomic,
 )
 from ._seal import seal, unseal
+from ._snapshot import Snapshot
 from ._store import BaseStore
 from ._tokens import TokenCounter
 from ._views import LogStat
@@ -156,8 +159,12 @@ class _FileIO:
 @dataclass(slots=True)
 class _Raw:
     io: _FileIO
+    #: The log from byte ``base`` on (the whole log when ``base`` is 0).
     data: bytes
     created: bool
+    base: int = 0
+    #: The snapshot whose line ``base`` is.
+    snapshot: Snapshot | IndexMeta | None = None
 
 
 class FileStore(BaseStore):
@@ -244,12 +251,25 @@ class FileStore(BaseStore):
         """Where ``key``'s snapshot is kept."""
         return self.root / (key_to_stem(key) + SNAPSHOT_SUFFIX)
 
+    def _index_files(self, key: str) -> FileIndexFiles:
+        stem = str(self.root / key_to_stem(key))
+        return FileIndexFiles(stem + LOG_SUFFIX, stem, stem + LOG_SUFFIX)
+
+    def _open_raw_from(
+        self, key: str, create: bool, snap: Snapshot | IndexMeta | None
+    ) -> _Raw | None:
+        raw = self._open_raw(key, create, snap.line_start if snap is not None else 0)
+        if raw is not None:
+            raw.snapshot = snap
+        return raw
+
     def _describe(self, key: str) -> str:
         return str(self.path_for(key))
 
     # -- backend hooks -------------------------------------------------------------------
 
-    def _open_raw(self, key: str, create: bool) -> _Raw | None:
+    def _open_raw(self, key: str, create: bool, start: int = 0) -> _Raw | None:
+        # ``start``: read the log from there (a snapshot's line) when it is that long.
         path = str(self.path_for(key))
         deadline = time.monotonic() + self.lock_timeout
         while True:
@@ -281,7 +301,8 @@ class FileStore(BaseStore):
                     continue
                 if created and self.durability != "none":
                     fsync_dir(str(self.root))
-                data = self._read_fd(fd)
+                base = start if 0 < start <= os.fstat(fd).st_size else 0
+                data = self._read_fd(fd, base)
             except OSError as exc:
                 os.close(fd)
                 raise storage_error(path, "open", exc) from exc
@@ -290,7 +311,8 @@ class FileStore(BaseStore):
                 raise
             # Every writer open bumps: a line a crashed writer wrote but never announced shows.
             self._changes.bump(slot_of(os.path.basename(path)), membership=created)
-            return _Raw(_FileIO(path, fd, len(data), self._changes), data, created)
+            io = _FileIO(path, fd, base + len(data), self._changes)
+            return _Raw(io, data, created, base)
 
     def _lock(self, fd: int, key: str, path: str, deadline: float) -> None:
         delay = 0.001
@@ -305,10 +327,9 @@ class FileStore(BaseStore):
                 delay = min(delay * 2, 0.05)
 
     @staticmethod
-    def _read_fd(fd: int) -> bytes:
+    def _read_fd(fd: int, offset: int = 0) -> bytes:
         size = os.fstat(fd).st_size
         chunks: list[bytes] = []
-        offset = 0
         while True:
             chunk = os.pread(fd, max(size - offset, 1 << 16), offset)
             if not chunk:
@@ -319,6 +340,19 @@ class FileStore(BaseStore):
 
     def _read_raw(self, key: str) -> bytes | None:
         return read_file(str(self.path_for(key)))
+
+    def exists(self, key: str) -> bool:
+        """Whether a session with ``key`` exists: one ``stat`` of its log, nothing read."""
+        path = str(self.path_for(check_key(key)))
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(path, "it is a symlink")
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(path, "not a regular file")
+        return True
 
     def _probe_lock(self, key: str) -> bool:
         # A cheap probe: take and drop the flock on a read-only descriptor (no read of the log).
@@ -414,6 +448,7 @@ class FileStore(BaseStore):
         if raw is None:
             return False
         try:
+            self._index_files(key).remove()
             for path in (self.snapshot_path(key), self.quarantine_path(key), self.path_for(key)):
                 remove(str(path))
             if self.durability != "none":
@@ -429,6 +464,7 @@ class FileStore(BaseStore):
             if raw is None:
                 raise SessionNotFoundError(key)
             try:
+                self._index_files(key).remove()  # derived: a restored log rebuilds them
                 files = [self.path_for(key), self.snapshot_path(key), self.quarantine_path(key)]
                 return move_to_trash(
                     self.root, key, files, entry_id, reason, when, sync=self.durability != "none"

@@ -56,6 +56,8 @@ from ._events import (
     UnknownEvent,
     UsageRecorded,
 )
+from ._idindex import IdIndex
+from ._msgindex import MessageList
 from ._portable import portable
 
 
@@ -128,8 +130,9 @@ class SessionState(msgspec.Struct, kw_only=True):
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, Any] = {}
-    #: Live messages, oldest first, as their events (message dict, tokens, seq, ts).
-    messages: list[MessageAppended] = []
+    #: Live messages, oldest first, as their events (message dict, tokens, seq, ts); a list
+    #: opened from an index snapshot reads their bodies from the log when they are used.
+    messages: MessageList = msgspec.field(default_factory=MessageList)
     last_consolidated: int = 0
     compaction: Compaction | None = None
     lifecycle: str = "active"
@@ -156,20 +159,27 @@ class SessionState(msgspec.Struct, kw_only=True):
     #: The seq of the last erasure (0: none) and the seqs of redacted messages, ascending.
     erased_upto: int = 0
     redacted: list[int] = []
-    #: Event id -> seq, for idempotent retries.
-    ids: dict[str, int] = {}
+    #: Event id -> seq, for idempotent retries (a snapshot's ids stay on disk until needed).
+    ids: IdIndex = msgspec.field(default_factory=IdIndex)
+
+    def __post_init__(self) -> None:
+        # Plain containers given by a caller become the list and index the fold works on.
+        if not isinstance(self.messages, MessageList):
+            self.messages = MessageList(self.messages)
+        if not isinstance(self.ids, IdIndex):
+            self.ids = IdIndex(self.ids)
 
     def copy(self) -> SessionState:
         """Return an independent copy (events are immutable and shared)."""
         return msgspec.structs.replace(
             self,
             metadata=dict(self.metadata),
-            messages=list(self.messages),
+            messages=self.messages.copy(),
             usage=msgspec.structs.replace(self.usage),
             usage_by_model={k: msgspec.structs.replace(v) for k, v in self.usage_by_model.items()},
             ended=list(self.ended),
             redacted=list(self.redacted),
-            ids=dict(self.ids),
+            ids=self.ids.copy(),
         )
 
     @property
@@ -227,6 +237,16 @@ def preview_candidates(messages: Iterable[MessageAppended]) -> list[dict[str, An
     return candidates
 
 
+def state_enc_hook(obj: object) -> object:
+    """An ``enc_hook`` for msgspec that encodes a state's messages as a list and its ids as a
+    dict: ``msgspec.json.encode(state, enc_hook=state_enc_hook)``."""
+    if isinstance(obj, MessageList):
+        return list(obj)
+    if isinstance(obj, IdIndex):
+        return dict(obj.items())
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
 def initial_state(header: Header) -> SessionState:
     """The state of a session whose log holds only ``header``."""
     return SessionState(
@@ -245,8 +265,7 @@ def _drop_front(state: SessionState, count: int) -> None:
     count = max(0, min(count, len(state.messages)))
     if not count:
         return
-    state.live_tokens -= sum(m.tokens for m in state.messages[:count])
-    del state.messages[:count]
+    state.live_tokens -= state.messages.drop_front(count)
     state.last_consolidated = max(0, state.last_consolidated - count)
     if state.compaction is not None:
         upto = max(0, state.compaction.upto - count)
@@ -257,8 +276,7 @@ def _drop_back(state: SessionState, count: int) -> None:
     count = max(0, min(count, len(state.messages)))
     if not count:
         return
-    state.live_tokens -= sum(m.tokens for m in state.messages[-count:])
-    del state.messages[-count:]
+    state.live_tokens -= state.messages.drop_back(count)
     live = len(state.messages)
     state.last_consolidated = min(state.last_consolidated, live)
     if state.compaction is not None and state.compaction.upto > live:
@@ -325,10 +343,7 @@ def apply(state: SessionState, event: Event) -> SessionState:
                 state.resumed_from = None
             for name in event.unset:
                 state.metadata.pop(name, None)
-            live = len(state.messages)
-            kept = [state.messages[i] for i in sorted(set(event.keep)) if 0 <= i < live]
-            state.messages[:] = kept
-            state.live_tokens = sum(m.tokens for m in kept)
+            state.live_tokens = state.messages.keep(event.keep)
             state.last_consolidated = 0
             state.compaction = None
             state.metadata.pop("_last_summary", None)

@@ -25,13 +25,15 @@ import gc
 from dataclasses import dataclass
 from datetime import datetime
 from hashlib import blake2b
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 import msgspec
 
 from ._codec import Decoded, LineDecoder, chain_hash, split_hash
 from ._events import Header, MessageAppended
 from ._fold import SessionState
+from ._idindex import IdIndex
+from ._msgindex import MessageList
 
 SNAPSHOT_FORMAT: Final = "sessionlog-snapshot"
 SNAPSHOT_VERSION: Final = 2
@@ -73,12 +75,40 @@ class StoredMessage(msgspec.Struct, array_like=True, gc=False):
     body: bytes
 
 
+class Anchored(Protocol):
+    """What the anchor checks read from a snapshot of either format."""
+
+    header: Header
+    seq: int
+    head: str
+    prev_head: str
+    line_start: int
+    offset: int
+    line_no: int
+
+
 class _SeqOnly(msgspec.Struct):
     seq: int = -1
 
 
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Snapshot)
+def _enc_hook(obj: object) -> object:
+    if isinstance(obj, MessageList):
+        return []
+    if isinstance(obj, IdIndex):
+        return dict(obj.items())
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def _dec_hook(kind: type, obj: object) -> object:
+    if kind is MessageList:
+        return MessageList()
+    if kind is IdIndex:
+        return IdIndex(msgspec.convert(obj, dict[str, int]))
+    raise NotImplementedError(f"cannot decode {kind.__name__}")
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_decoder = msgspec.msgpack.Decoder(Snapshot, dec_hook=_dec_hook)
 _seq_decoder = msgspec.json.Decoder(_SeqOnly)
 
 
@@ -121,14 +151,14 @@ def decode_snapshot(data: bytes, session: str, key: bytes = b"") -> Snapshot:
         gc.disable()
     try:
         snapshot = _decoder.decode(memoryview(body)[len(_MAGIC) :])
-        snapshot.state.messages = [
+        snapshot.state.messages = MessageList(
             MessageAppended(
                 seq=m.seq, ts=m.ts, id=m.id, h=m.h, tokens=m.tokens, body=msgspec.Raw(m.body)
             )
             for m in snapshot.messages
-        ]
+        )
         snapshot.messages = []
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, NotImplementedError) as exc:
         raise SnapshotError(f"undecodable: {exc}") from exc
     finally:
         if paused:
@@ -144,7 +174,7 @@ def decode_snapshot(data: bytes, session: str, key: bytes = b"") -> Snapshot:
     return snapshot
 
 
-def check_anchor(snapshot: Snapshot, tail: bytes, key: bytes = b"") -> str | None:
+def check_anchor(snapshot: Anchored, tail: bytes, key: bytes = b"") -> str | None:
     """Why the log disagrees with ``snapshot`` (None if it agrees).
 
     ``tail`` is the log from ``snapshot.line_start`` on.
@@ -170,7 +200,7 @@ def check_anchor(snapshot: Snapshot, tail: bytes, key: bytes = b"") -> str | Non
     return None
 
 
-def resume(snapshot: Snapshot, tail: bytes, key: bytes = b"") -> Decoded:
+def resume(snapshot: Anchored, tail: bytes, key: bytes = b"") -> Decoded:
     """Decode the lines after ``snapshot`` (``tail`` is the log from ``snapshot.line_start``).
 
     The caller has checked the anchor. Offsets and line numbers in the result are absolute;
@@ -255,7 +285,7 @@ def make_snapshot(header: Header, state: SessionState, anchor: Anchor) -> Snapsh
     )
 
 
-def anchor_from(snapshot: Snapshot) -> Anchor:
+def anchor_from(snapshot: Anchored) -> Anchor:
     """The anchor a snapshot records."""
     return Anchor(
         seq=snapshot.seq,

@@ -27,9 +27,11 @@ from ._errors import (
 )
 from ._events import FORMAT_VERSION, Event, Header
 from ._fold import SessionState, fold
+from ._indexsnap import IndexMeta
 from ._lifecycle import LifecycleOps
 from ._names import check_key
 from ._privacy import PrivacyOps, header_of
+from ._snapshot import Snapshot
 from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
 from ._values import encode_checked
@@ -63,6 +65,13 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
     @abc.abstractmethod
     def _open_raw(self, key: str, create: bool) -> RawSession | None:
         """Open ``key`` under its writer lock (None if absent and not ``create``)."""
+
+    def _open_raw_from(
+        self, key: str, create: bool, snap: Snapshot | IndexMeta | None
+    ) -> RawSession | None:
+        """Like :meth:`_open_raw`; a backend may read the log only from the line ``snap`` was
+        taken at (its raw then has ``base``, that line's offset, and ``snapshot``)."""
+        return self._open_raw(key, create)
 
     @abc.abstractmethod
     def _read_raw(self, key: str) -> bytes | None:
@@ -379,7 +388,8 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
     ) -> tuple[RawSession, SessionState, OpenReport]:
         """Open ``key`` under its writer lock, cut a torn tail, fold it (the async store too)."""
-        raw = self._open_raw(key, create)
+        snap = self._read_snapshot(key)
+        raw = self._open_raw_from(key, create, snap)
         if raw is None:
             raise SessionNotFoundError(key)
         try:
@@ -399,10 +409,18 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
     ) -> tuple[SessionState, OpenReport]:
         data = raw.data
+        base: int = getattr(raw, "base", 0)
+        snap: Snapshot | IndexMeta | None = getattr(raw, "snapshot", None)
+        restored = None
+        if base:
+            # Read from the snapshot's line: use it, or (the log no longer matches it) read all.
+            restored = self._restore(key, data, base=base, snap=snap)
+            if restored is None:
+                data = self._read_raw(key) or b""
         # A header cut anywhere, even inside its first bytes, is a crash while creating it.
         start = b'{"type":"header"'
         torn_header = b"\n" not in data and (data.startswith(start) or start.startswith(data))
-        if not data or torn_header:
+        if restored is None and (not data or torn_header):
             # A new session, or a crash while its header was being written.
             quarantine = None
             torn = None
@@ -420,7 +438,8 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
             return fold(header, ()), OpenReport(
                 key, created=not data, torn=torn, quarantine=quarantine
             )
-        restored = self._restore(key, data)
+        if restored is None:
+            restored = self._restore(key, data)
         decoded = restored[2] if restored is not None else self._decode(key, data)
         if decoded.bad is not None:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)

@@ -28,7 +28,16 @@ import msgspec
 from ._changes import ChangeView, slot_of
 from ._codec import Decoded
 from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
+from ._fileindex import FileIndexFiles
 from ._fold import SessionState, fold
+from ._indexsnap import (
+    IndexMeta,
+    decode_meta,
+    is_index_snapshot,
+    line_spans,
+    open_state,
+    write_index,
+)
 from ._snapshot import (
     Snapshot,
     SnapshotError,
@@ -167,6 +176,25 @@ class ViewStorage(abc.ABC):
         """The change-table slot of a log named as :meth:`scan_logs` names it."""
         return slot_of(name)
 
+    def _index_files(self, key: str) -> FileIndexFiles | None:
+        """Where ``key``'s message and id records live (None: this store keeps format-2
+        snapshots, with the messages inside)."""
+        return None
+
+    def _read_snapshot(self, key: str) -> Snapshot | IndexMeta | None:
+        """``key``'s snapshot, checked on its own (None: missing, corrupt, or of the format
+        this store does not keep)."""
+        blob = self.snapshot_bytes(key)
+        if blob is None:
+            return None
+        indexed = self._index_files(key) is not None
+        try:
+            if is_index_snapshot(blob):
+                return decode_meta(blob, key, self._hash_key) if indexed else None
+            return None if indexed else decode_snapshot(blob, key, self._hash_key)
+        except SnapshotError:
+            return None
+
     # -- snapshots -------------------------------------------------------------------------------
 
     def snapshot_status(self, key: str) -> SnapshotStatus:
@@ -174,10 +202,16 @@ class ViewStorage(abc.ABC):
         blob = self.snapshot_bytes(key)
         if blob is None:
             return SnapshotStatus(key, "missing")
+        snap: Snapshot | IndexMeta
         try:
-            snap = decode_snapshot(blob, key, self._hash_key)
+            if is_index_snapshot(blob):
+                snap = decode_meta(blob, key, self._hash_key)
+            else:
+                snap = decode_snapshot(blob, key, self._hash_key)
         except SnapshotError as exc:
             return SnapshotStatus(key, "corrupt", reason=str(exc))
+        if (self._index_files(key) is not None) != isinstance(snap, IndexMeta):
+            return SnapshotStatus(key, "stale", snap.seq, reason="written in another format")
         try:
             _, tail = self.read_tail(key, snap.line_start)
         except SessionNotFoundError:
@@ -199,6 +233,9 @@ class ViewStorage(abc.ABC):
             CorruptLogError: the log has a bad line (nothing is written).
             SessionNotFoundError: there is no such session.
         """
+        files = self._index_files(key)
+        if files is not None:
+            return self._write_index_snapshot(key, files, rebuild)
         restored = None if rebuild else self._restore(key, None)
         if restored is not None:
             snap, tail, decoded, state = restored
@@ -229,6 +266,53 @@ class ViewStorage(abc.ABC):
         self._snapshot_seqs()[key] = anchor.seq
         return SnapshotStatus(key, "valid", anchor.seq, written=True)
 
+    def _write_index_snapshot(
+        self, key: str, files: FileIndexFiles, rebuild: bool
+    ) -> SnapshotStatus:
+        restored = None if rebuild else self._restore(key, None)
+        if restored is not None and isinstance(restored[0], IndexMeta):
+            base = restored[0]
+            _, tail, decoded, state = restored
+            if decoded.bad is not None:
+                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+            if not decoded.events:
+                return SnapshotStatus(key, "valid", base.seq)
+            header = base.header
+            anchor = anchor_of(tail, base.line_start, decoded, anchor_from(base))
+            first = base.offset - base.line_start
+            spans = line_spans(tail, first, len(decoded.events), base.line_start)
+            meta: IndexMeta | None = base
+        else:
+            tail = self.read_bytes(key)
+            decoded = self._decode(key, tail)
+            if decoded.bad is not None:
+                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+            assert decoded.header is not None
+            header = decoded.header
+            state = fold(header, decoded.events)
+            anchor = anchor_of(tail, 0, decoded, None)
+            spans = line_spans(tail, tail.index(b"\n") + 1, len(decoded.events), 0)
+            meta = None
+        if anchor is None:
+            return SnapshotStatus(key, "missing", reason="the log has no events")
+        try:
+            blob = write_index(
+                files,
+                header=header,
+                state=state,
+                anchor=anchor,
+                events=decoded.events,
+                spans=spans,
+                base=meta,
+                hash_key=self._hash_key,
+            )
+        except (SnapshotError, msgspec.EncodeError, OverflowError) as exc:
+            self.put_snapshot(key, None)
+            return SnapshotStatus(key, "missing", reason=f"state cannot be snapshotted: {exc}")
+        self.put_snapshot(key, blob)
+        self._snapshot_seqs()[key] = anchor.seq
+        return SnapshotStatus(key, "valid", anchor.seq, written=True)
+
     # -- used by the store when opening and closing ---------------------------------------------
 
     def _snapshot_seqs(self) -> dict[str, int]:
@@ -238,33 +322,47 @@ class ViewStorage(abc.ABC):
         return seqs
 
     def _restore(
-        self, key: str, data: bytes | None
-    ) -> tuple[Snapshot, bytes, Decoded, SessionState] | None:
+        self,
+        key: str,
+        data: bytes | None,
+        *,
+        base: int = 0,
+        snap: Snapshot | IndexMeta | None = None,
+    ) -> tuple[Snapshot | IndexMeta, bytes, Decoded, SessionState] | None:
         """Open from the snapshot: (snapshot, log from its line, decoded tail, state), or None.
 
-        ``data`` is the whole log when the caller already holds it; otherwise only the part
-        from the snapshot's line on is read. None means: no usable snapshot, read the log.
+        ``data`` is the log from byte ``base`` on when the caller already holds it (``snap``:
+        the snapshot it read it for); otherwise only the part from the snapshot's line on is
+        read. None means: no usable snapshot, read the log.
         """
-        blob = self.snapshot_bytes(key)
-        if blob is None:
-            return None
-        try:
-            snap = decode_snapshot(blob, key, self._hash_key)
-        except SnapshotError:
-            return None
+        if snap is None:
+            snap = self._read_snapshot(key)
+            if snap is None:
+                return None
         if data is None:
             try:
                 _, tail = self.read_tail(key, snap.line_start)
             except SessionNotFoundError:
                 return None
+        elif snap.line_start < base:
+            return None
         else:
-            tail = data[snap.line_start :]
+            tail = data[snap.line_start - base :]
         if check_anchor(snap, tail, self._hash_key) is not None:
             return None
+        if isinstance(snap, IndexMeta):
+            files = self._index_files(key)
+            restored = None if files is None else open_state(files, snap, self._hash_key)
+            if restored is None:
+                return None
+        else:
+            restored = snap.state
         decoded = resume(snap, tail, self._hash_key)
-        if not self._unseal_restored(key, snap, decoded):
-            return None  # sealed with a key that is gone (erased): read the log
-        state = fold(snap.header, decoded.events, snap.state)
+        if isinstance(snap, Snapshot):
+            if not self._unseal_restored(key, snap, decoded):
+                return None  # sealed with a key that is gone (erased): read the log
+            restored = snap.state
+        state = fold(snap.header, decoded.events, restored)
         self._snapshot_seqs()[key] = snap.seq
         return snap, tail, decoded, state
 

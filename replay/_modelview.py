@@ -15,6 +15,7 @@ Rules:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -55,7 +56,7 @@ class ModelView(msgspec.Struct, kw_only=True):
     live_messages: int
 
 
-def _match(messages: list[Any], entries: list[tuple[dict[str, Any], int]]) -> dict[int, int]:
+def _match(messages: Sequence[Any], entries: list[tuple[dict[str, Any], int]]) -> dict[int, int]:
     """Index of the live message -> index of its entry."""
     out: dict[int, int] = {}
     j = len(messages) - 1

@@ -130,7 +130,7 @@ def state_at(
     if fast is not None:
         # The fast path decodes message bodies in place: give the live ones their own bytes so
         # the returned state does not keep the whole log buffer alive.
-        state.messages = [m.detached() for m in state.messages]
+        state.messages = state.messages.detached()
     return state
 
 

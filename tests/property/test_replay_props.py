@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionledger import replay
-from sessionledger.eventlog import MemoryStore, SessionWriter, fold
+from sessionledger.eventlog import MemoryStore, SessionState, SessionWriter, fold, state_enc_hook
 
 ops = st.lists(
     st.one_of(
@@ -69,7 +69,10 @@ def test_state_at_and_diff_are_folds_of_prefixes(
     b = data.draw(st.integers(0, last))
     fold_a = fold(loaded.header, [e for e in loaded.events if e.seq <= a])
     fold_b = fold(loaded.header, [e for e in loaded.events if e.seq <= b])
-    as_json = msgspec.json.encode
+
+    def as_json(state: SessionState) -> bytes:
+        return msgspec.json.encode(state, enc_hook=state_enc_hook)
+
     assert as_json(replay.state_at(store, "k", seq=a)) == as_json(fold_a)
     d = replay.diff(store, "k", a, b)
     live_a = {m.seq for m in fold_a.messages}

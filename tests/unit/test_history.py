@@ -16,6 +16,7 @@ from sessionledger.eventlog import (
     Header,
     MemoryStore,
     MessageAppended,
+    MessageList,
     SessionState,
     estimate_tokens,
     fold,
@@ -438,7 +439,7 @@ def test_history_touches_only_its_window(kwargs: dict[str, Any]) -> None:
     state = build(tail, tokens=[20] * len(tail))
     # 10,000 messages before the newest 61 that history must never look at.
     outside = cast(list[MessageAppended], [_Untouchable()] * 10_000)
-    state.messages[:0] = outside
+    state.messages = MessageList([*outside, *state.messages])
     out = projections.history(state, **kwargs)
     assert out and out[-1]["content"] == "a59"
     assert all(m["role"] == "assistant" for m in out)

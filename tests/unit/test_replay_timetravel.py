@@ -10,11 +10,19 @@ import pytest
 from replay_sample import KEY, build_sample
 
 from sessionledger import projections, replay
-from sessionledger.eventlog import CorruptLogError, FileStore, MemoryStore, SessionState, fold
+from sessionledger.eventlog import (
+    CorruptLogError,
+    FileStore,
+    MemoryStore,
+    SessionState,
+    fold,
+    state_enc_hook,
+)
 
 
 def comparable(state: SessionState) -> dict[str, object]:
-    return msgspec.json.decode(msgspec.json.encode(state))  # type: ignore[no-any-return]
+    encoded = msgspec.json.encode(state, enc_hook=state_enc_hook)
+    return msgspec.json.decode(encoded)  # type: ignore[no-any-return]
 
 
 def test_state_at_every_seq_is_the_fold_of_the_prefix() -> None:

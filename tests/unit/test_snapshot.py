@@ -227,7 +227,9 @@ def test_snapshot_file_is_private_and_not_a_log(tmp_path: Path) -> None:
     path = store.snapshot_path("k")
     assert path.stat().st_mode & 0o777 == 0o600
     assert store.keys() == ["k"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".staging", "k.jsonl", "k.snapshot"]
+    names = ["k.jsonl", "k.snapshot", "k.index", "k.ids"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".staging", *names])
     assert list((tmp_path / ".staging").iterdir()) == []  # the temporary was renamed into place
+    assert all((tmp_path / n).stat().st_mode & 0o777 == 0o600 for n in names)
     store.delete("k")
     assert not path.exists()

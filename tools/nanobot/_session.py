@@ -26,6 +26,7 @@ from sessionledger import projections
 from sessionledger.eventlog import (
     Cleared,
     Consolidated,
+    IdIndex,
     KnownEvent,
     MessageAppended,
     Retracted,
@@ -300,9 +301,9 @@ def _light_copy(state: SessionState) -> SessionState:
     """A copy that folding placeholder events into leaves ``state`` untouched."""
     return msgspec.structs.replace(
         state,
-        messages=list(state.messages),
+        messages=state.messages.copy(),
         metadata=dict(state.metadata),
-        ids={},
+        ids=IdIndex(),
         ended=list(state.ended),
     )
 

@@ -1,0 +1,115 @@
+"""File-store side of the index snapshot: the two record files beside a log, and log reads.
+
+Beside ``<stem>.jsonl`` and its ``<stem>.snapshot`` the file store keeps ``<stem>.index`` (one
+64-byte record per message event, in log order) and ``<stem>.ids`` (16 bytes per event, in
+seq order). Both are append-only in effect: a record's position is a function of the log
+alone (the N-th message's record is always at ``N * 64``), so writers only ever write the
+bytes that belong there, and two processes bringing the same snapshot up to date write the
+same bytes to the same places.
+
+Invariants:
+- Files are created 0600 with ``O_NOFOLLOW``; a symlink or non-regular file is never read
+  or written (reads return nothing, writes raise :class:`UnsafePathError`).
+- Nothing here trusts what it reads: the caller checks every chunk against the digests of the
+  snapshot, and every log line against the chain.
+- Every call opens and closes its own descriptor: a state that reads bodies lazily holds no
+  descriptor between reads, and a log replaced meanwhile is caught by those checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from ._errors import UnsafePathError
+
+INDEX_SUFFIX: Final = ".index"
+IDS_SUFFIX: Final = ".ids"
+IndexName = Literal["index", "ids"]
+
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def _pread(path: str, offset: int, length: int) -> bytes:
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            return b""
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        chunks: list[bytes] = []
+        while length > 0:
+            chunk = os.pread(fd, length, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+            length -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class FileIndexFiles:
+    """The log of one session and its two record files."""
+
+    log: str
+    stem: str
+    #: The log's path (for messages).
+    where: str
+
+    def path(self, name: IndexName) -> str:
+        """The path of a record file."""
+        return self.stem + (INDEX_SUFFIX if name == "index" else IDS_SUFFIX)
+
+    def read_log(self, offset: int, length: int) -> bytes:
+        """``length`` bytes of the log at ``offset`` (fewer when it is shorter)."""
+        return _pread(self.log, offset, length)
+
+    def read(self, name: IndexName, offset: int, length: int) -> bytes:
+        """Bytes of a record file (fewer, or none, when it is shorter or missing)."""
+        return _pread(self.path(name), offset, length)
+
+    def size(self, name: IndexName) -> int:
+        """A record file's length (0 when missing or not a regular file)."""
+        try:
+            st = os.stat(self.path(name), follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+    def write(self, name: IndexName, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` of a record file (created 0600)."""
+        path = self.path(name)
+        try:
+            fd = os.open(path, _WRITE_FLAGS, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePathError(path, "it is a symlink") from exc
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UnsafePathError(path, "not a regular file")
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view = view[written:]
+                offset += written
+        finally:
+            os.close(fd)
+
+    def remove(self) -> None:
+        """Remove both record files (derived: nothing is lost)."""
+        names: tuple[IndexName, ...] = ("index", "ids")
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(name))

@@ -1,0 +1,428 @@
+"""Index snapshots (format 3): the folded state without its messages, and where they are.
+
+An index snapshot is ``MAGIC || msgpack(IndexMeta) || digest`` (the digest as in format 2,
+keyed with the store's secret). Instead of the live messages' bytes it holds their *ranges* in
+the message record file (``<stem>.index``, 64 bytes per message event, see
+:data:`~eventlog._msgindex.RECORD`), and instead of the event ids the count of records in the
+id file (``<stem>.ids``, 16 bytes per event: an 8-byte id digest and the line's offset). Both
+record files are checked chunk by chunk (:data:`CHUNK` records) against digests the snapshot
+carries, so opening reads the snapshot, the chunks it needs and the log after its line.
+
+Invariants:
+- The anchor rules are format 2's (see :mod:`eventlog._snapshot`): used only when the log line
+  ending at ``offset`` is event ``seq`` with hash ``head`` chaining from ``prev_head``.
+- Records are a function of the log: the N-th message event's record sits at ``N * 64``, the
+  event of seq S's id record at ``(S - 1) * 16``. Bringing a snapshot up to date writes only
+  the records of the lines after its anchor, and rewrites the digest of the last chunk.
+- Writing costs the lines after the previous snapshot (plus 16 bytes of digest per 1,024
+  records), never the whole session: that is what lets a closing writer snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from hashlib import blake2b
+from typing import Final
+
+import msgspec
+
+from ._codec import decode_log
+from ._errors import CorruptLogError
+from ._events import Event, Header, MessageAppended
+from ._fileindex import FileIndexFiles, IndexName
+from ._fold import SessionState
+from ._idindex import ID_RECORD, IdIndex, id_digest
+from ._msgindex import RECORD, MessageList, pack_record
+from ._snapshot import SNAPSHOT_FORMAT, Anchor, SnapshotError
+
+INDEX_VERSION: Final = 3
+INDEX_MAGIC: Final = b"SLSNAP3\n"
+CHUNK: Final = 1024
+_DIGEST: Final = 16
+
+
+class IndexMeta(msgspec.Struct, kw_only=True):
+    """The folded state of one session after line ``line_no`` (event ``seq``), messages apart."""
+
+    format: str = SNAPSHOT_FORMAT
+    version: int = INDEX_VERSION
+    key: str
+    header: Header
+    seq: int
+    head: str
+    prev_head: str
+    line_start: int
+    offset: int
+    line_no: int
+    #: The state with no messages and no ids (they are in the record files).
+    state: SessionState
+    #: Live messages: ``[start, stop)`` ranges of message records, oldest first.
+    ranges: list[tuple[int, int]] = []
+    #: Message records written (the message events up to ``seq``), and their chunk digests.
+    records: int = 0
+    record_digests: bytes = b""
+    #: Id records (one per event: ``seq`` of them), and their chunk digests.
+    id_digests: bytes = b""
+
+
+def _enc_hook(obj: object) -> object:
+    if isinstance(obj, MessageList):
+        return []
+    if isinstance(obj, IdIndex):
+        return {}
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def _dec_hook(kind: type, obj: object) -> object:
+    if kind is MessageList:
+        return MessageList()
+    if kind is IdIndex:
+        return IdIndex()
+    raise NotImplementedError(f"cannot decode {kind.__name__}")
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_decoder = msgspec.msgpack.Decoder(IndexMeta, dec_hook=_dec_hook)
+
+
+def _digest(data: bytes | memoryview, key: bytes, person: bytes = b"sl-snapshot") -> bytes:
+    return blake2b(data, digest_size=_DIGEST, key=key, person=person).digest()
+
+
+def is_index_snapshot(data: bytes) -> bool:
+    """Whether ``data`` is a format-3 snapshot (by its magic)."""
+    return data.startswith(INDEX_MAGIC)
+
+
+def encode_meta(meta: IndexMeta, key: bytes = b"") -> bytes:
+    """Serialise ``meta`` with its digest."""
+    body = INDEX_MAGIC + _encoder.encode(meta)
+    return body + _digest(body, key)
+
+
+def decode_meta(data: bytes, session: str, key: bytes = b"") -> IndexMeta:
+    """Check and decode an index snapshot of ``session``; raise SnapshotError if unusable."""
+    if len(data) < len(INDEX_MAGIC) + _DIGEST or not data.startswith(INDEX_MAGIC):
+        raise SnapshotError("not an index snapshot (bad magic or too short)")
+    body, digest = data[:-_DIGEST], data[-_DIGEST:]
+    if _digest(body, key) != digest:
+        raise SnapshotError("digest mismatch (damaged, or written with another key)")
+    try:
+        meta = _decoder.decode(memoryview(body)[len(INDEX_MAGIC) :])
+    except (msgspec.DecodeError, NotImplementedError) as exc:
+        raise SnapshotError(f"undecodable: {exc}") from exc
+    if meta.format != SNAPSHOT_FORMAT or meta.version != INDEX_VERSION:
+        raise SnapshotError(f"format {meta.format!r} v{meta.version} is not readable")
+    if meta.key != session or meta.state.key != session:
+        raise SnapshotError(f"it is a snapshot of session {meta.key!r}")
+    if meta.state.seq != meta.seq or meta.state.head != meta.head:
+        raise SnapshotError("its state disagrees with its own anchor")
+    if not 0 <= meta.line_start < meta.offset:
+        raise SnapshotError("bad anchor offsets")
+    if len(meta.record_digests) != _chunks(meta.records) * _DIGEST:
+        raise SnapshotError("its message index digests do not match its record count")
+    if len(meta.id_digests) != _chunks(meta.seq) * _DIGEST:
+        raise SnapshotError("its id index digests do not match its seq")
+    if any(not 0 <= a < b <= meta.records for a, b in meta.ranges):
+        raise SnapshotError("a message range is outside its records")
+    return meta
+
+
+def _chunks(count: int) -> int:
+    return (count + CHUNK - 1) // CHUNK
+
+
+class IndexDamaged(SnapshotError):
+    """A record file disagrees with the snapshot's digests (damaged, or rewritten meanwhile)."""
+
+
+def log_events(files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> list[Event]:
+    """Every event up to ``meta``'s line, decoded and checked from the log itself (the way
+    back when a record file is damaged)."""
+    decoded = decode_log(files.read_log(0, meta.offset), key=hash_key)
+    problem = decoded.bad or decoded.torn
+    if problem is not None:
+        raise CorruptLogError(files.where, problem.line, problem.reason)
+    if decoded.header is None or decoded.header.key != meta.key or decoded.head != meta.head:
+        raise CorruptLogError(files.where, 1, "the log no longer matches its snapshot")
+    return decoded.events
+
+
+class _Chunks:
+    """Reads one record file chunk by chunk, each checked against the snapshot's digests."""
+
+    def __init__(
+        self, files: FileIndexFiles, name: IndexName, size: int, count: int, digests: bytes
+    ) -> None:
+        self.files, self.name, self.size, self.count = files, name, size, count
+        self.digests = digests
+        self.key = b""
+        self._cache: dict[int, bytes] = {}
+
+    def chunk(self, index: int) -> bytes:
+        got = self._cache.get(index)
+        if got is not None:
+            return got
+        first = index * CHUNK
+        n = min(CHUNK, self.count - first)
+        data = self.files.read(self.name, first * self.size, n * self.size)
+        want = self.digests[index * _DIGEST : (index + 1) * _DIGEST]
+        if len(data) != n * self.size or _digest(data, self.key, b"sl-index") != want:
+            raise IndexDamaged(f"{self.files.path(self.name)}: chunk {index} fails its digest")
+        if len(self._cache) >= 16:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[index] = data
+        return data
+
+    def read(self, start: int, count: int) -> bytes:
+        out: list[bytes] = []
+        end = start + count
+        pos = start
+        while pos < end:
+            index = pos // CHUNK
+            chunk = self.chunk(index)
+            lo = (pos - index * CHUNK) * self.size
+            hi = (min(end, (index + 1) * CHUNK) - index * CHUNK) * self.size
+            out.append(chunk[lo:hi])
+            pos = (index + 1) * CHUNK
+        return b"".join(out)
+
+
+class FileMessages:
+    """The message records of a snapshot, and the log they point into (an IndexSource)."""
+
+    def __init__(self, files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> None:
+        self.where = files.where
+        self.hash_key = hash_key
+        self._files = files
+        self._meta = meta
+        self._chunks = _Chunks(files, "index", RECORD.size, meta.records, meta.record_digests)
+        self._chunks.key = hash_key
+
+    def records(self, start: int, count: int) -> bytes:
+        """Records ``start`` to ``start + count``, checked."""
+        return self._chunks.read(start, count)
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Log bytes by offset."""
+        return self._files.read_log(offset, length)
+
+    def all_messages(self) -> list[MessageAppended]:
+        """Every message event the records stand for, decoded from the log, in order."""
+        events = log_events(self._files, self._meta, self.hash_key)
+        return [e for e in events if isinstance(e, MessageAppended)]
+
+
+class FileColdIds:
+    """The ids of events 1..``count``, from the id file (read whole on first use)."""
+
+    def __init__(self, files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> None:
+        self.count = meta.seq
+        self._files = files
+        self._key = hash_key
+        self._chunks = _Chunks(files, "ids", ID_RECORD, meta.seq, meta.id_digests)
+        self._chunks.key = hash_key
+        self._meta = meta
+        self._data: bytes | None = None
+        self._fallback: dict[str, int] | None = None
+
+    def _all(self) -> bytes:
+        if self._data is None:
+            self._data = self._chunks.read(0, self.count)
+        return self._data
+
+    def _from_log(self) -> dict[str, int]:
+        if self._fallback is None:
+            events = log_events(self._files, self._meta, self._key)
+            self._fallback = {e.id: e.seq for e in events}
+        return self._fallback
+
+    def find(self, event_id: str) -> int | None:
+        """The seq of ``event_id`` among the covered events (confirmed on its line), or None."""
+        if self._fallback is not None:
+            return self._fallback.get(event_id)
+        try:
+            data = self._all()
+        except IndexDamaged:
+            return self._from_log().get(event_id)
+        needle = id_digest(event_id, self._key)
+        pos = data.find(needle)
+        while pos >= 0:
+            if pos % ID_RECORD == 0:
+                seq = pos // ID_RECORD + 1
+                offset = int.from_bytes(data[pos + 8 : pos + 16], "little")
+                got = self._event_at(offset)
+                if got is not None and got.seq == seq and got.id == event_id:
+                    return seq
+            pos = data.find(needle, pos + 1)
+        return None
+
+    def _event_at(self, offset: int) -> _IdOnly | None:
+        size = 4096
+        while True:
+            data = self._files.read_log(offset, size)
+            end = data.find(b"\n")
+            if end >= 0 or len(data) < size:
+                break
+            size *= 4
+        try:
+            return _id_decoder.decode(data[: end if end >= 0 else len(data)])
+        except msgspec.DecodeError:
+            return None
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        """Every (id, seq), read from the log lines the records point at."""
+        try:
+            data = self._all()
+        except IndexDamaged:
+            yield from self._from_log().items()
+            return
+        for i in range(self.count):
+            offset = int.from_bytes(data[i * ID_RECORD + 8 : i * ID_RECORD + 16], "little")
+            got = self._event_at(offset)
+            if got is not None:
+                yield got.id, got.seq
+
+
+class _IdOnly(msgspec.Struct):
+    seq: int
+    id: str
+
+
+_id_decoder = msgspec.json.Decoder(_IdOnly)
+
+
+def open_state(files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> SessionState | None:
+    """The state ``meta`` stands for, reading from ``files``; None if the files are too short."""
+    if files.size("index") < meta.records * RECORD.size or files.size("ids") < meta.seq * 16:
+        return None
+    state = meta.state
+    state.messages = MessageList.indexed(FileMessages(files, meta, hash_key), meta.ranges)
+    state.ids = IdIndex(cold=FileColdIds(files, meta, hash_key))
+    return state
+
+
+def line_spans(data: bytes, start: int, count: int, base: int) -> list[tuple[int, int]]:
+    """(offset, length) of ``count`` consecutive lines of ``data`` from byte ``start``; offsets
+    are absolute (``data`` is the log from byte ``base``)."""
+    spans: list[tuple[int, int]] = []
+    find = data.find
+    pos = start
+    for _ in range(count):
+        end = find(b"\n", pos)
+        spans.append((base + pos, end + 1 - pos))
+        pos = end + 1
+    return spans
+
+
+def write_index(
+    files: FileIndexFiles,
+    *,
+    header: Header,
+    state: SessionState,
+    anchor: Anchor,
+    events: Sequence[Event],
+    spans: Sequence[tuple[int, int]],
+    base: IndexMeta | None,
+    hash_key: bytes,
+) -> bytes:
+    """Write the records of ``events`` (whose lines are at ``spans``, absolute) and return the
+    encoded snapshot of ``state`` at ``anchor``.
+
+    ``base`` is the snapshot the events follow (None: they are the whole log). ``state`` is
+    the fold of ``events`` onto it: its in-memory messages are among ``events``.
+
+    Raises:
+        SnapshotError: a record cannot hold a value (a token count past 32 bits).
+    """
+    records = base.records if base is not None else 0
+    first_seq = base.seq + 1 if base is not None else 1
+    prev = base.head if base is not None else (header.h or "")
+    msg_out: list[bytes] = []
+    id_out: list[bytes] = []
+    ordinal_of: dict[int, int] = {}
+    try:
+        for event, (offset, length) in zip(events, spans, strict=True):
+            if isinstance(event, MessageAppended):
+                ordinal_of[event.seq] = records + len(msg_out)
+                msg_out.append(pack_record(event, offset, length, prev))
+            id_out.append(id_digest(event.id, hash_key) + offset.to_bytes(8, "little"))
+            prev = event.h
+    except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
+        raise SnapshotError(f"a message cannot be indexed: {exc}") from exc
+    messages = state.messages
+    ranges = list(messages.ranges) if messages.source is not None else []
+    for event in messages.in_memory:
+        ordinal = ordinal_of.get(event.seq)
+        if ordinal is None:
+            raise SnapshotError(f"message {event.seq} is not among the indexed lines")
+        ranges.append((ordinal, ordinal + 1))
+    record_digests = _extend(
+        files,
+        "index",
+        RECORD.size,
+        records,
+        base.record_digests if base else b"",
+        msg_out,
+        hash_key,
+    )
+    id_digests = _extend(
+        files, "ids", ID_RECORD, first_seq - 1, base.id_digests if base else b"", id_out, hash_key
+    )
+    bare = msgspec.structs.replace(state, messages=MessageList(), ids=IdIndex())
+    meta = IndexMeta(
+        key=header.key,
+        header=header,
+        seq=anchor.seq,
+        head=anchor.head,
+        prev_head=anchor.prev_head,
+        line_start=anchor.line_start,
+        offset=anchor.offset,
+        line_no=anchor.line_no,
+        state=bare,
+        ranges=_merge(ranges),
+        records=records + len(msg_out),
+        record_digests=record_digests,
+        id_digests=id_digests,
+    )
+    return encode_meta(meta, hash_key)
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def _extend(
+    files: FileIndexFiles,
+    name: IndexName,
+    size: int,
+    count: int,
+    digests: bytes,
+    new: list[bytes],
+    key: bytes,
+) -> bytes:
+    """Write ``new`` records after the ``count`` there are; return the digests of all chunks."""
+    partial = count % CHUNK
+    head = b""
+    kept = digests
+    if partial:
+        start = count - partial
+        head = files.read(name, start * size, partial * size)
+        want = digests[-_DIGEST:]
+        if len(head) != partial * size or _digest(head, key, b"sl-index") != want:
+            raise SnapshotError(f"the {name} file disagrees with the snapshot it extends")
+        kept = digests[:-_DIGEST]
+    data = b"".join(new)
+    if data:
+        files.write(name, count * size, data)
+    tail = head + data
+    out = [kept]
+    for i in range(0, len(tail), CHUNK * size):
+        out.append(_digest(tail[i : i + CHUNK * size], key, b"sl-index"))
+    return b"".join(out)

@@ -1,0 +1,408 @@
+"""A session's live messages as a list that reads message bodies from the log only when asked.
+
+A :class:`MessageList` is what ``SessionState.messages`` holds. Built from events (a fold of
+decoded lines) it is a plain list of them. Opened from an index snapshot it holds *ranges* of
+message records (see :data:`RECORD`) and reads each message's line from the log by offset
+when something indexes it, in blocks of :data:`BLOCK` records with one read each; events the
+fold appends afterwards are kept in memory after those ranges.
+
+Invariants:
+- Order: every indexed message is older than every in-memory one, so the list is the indexed
+  ranges, in order, followed by the in-memory events; every operation the fold uses (append,
+  drop from the front or the back, keep some indexes) preserves that.
+- A record is trusted only after its chunk's digest was checked (the source does it); a line
+  read by offset is used only when it ends in a newline, its hash field equals the record's,
+  it chains from the record's ``prev_h`` and its seq and tokens equal the record's. Anything
+  else raises :class:`CorruptLogError`: the log changed before the snapshot's line, which
+  ``verify`` reports; the index never serves bytes the chain does not vouch for.
+- At most :data:`CACHE_BLOCKS` blocks of decoded messages are kept (the window a reader
+  touched); beyond that the list costs its ranges, not its messages.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from hashlib import blake2b
+from typing import Any, Final, Protocol, overload
+
+import msgspec
+
+from ._codec import SUFFIX_LEN
+from ._errors import CorruptLogError
+from ._events import MessageAppended
+
+#: One message record: seq, log offset, line length, tokens, role code, flags, the line's hash
+#: and the hash of the line before it (both raw 16 bytes); 64 bytes, little-endian.
+RECORD: Final = struct.Struct("<qqIiBB2x16s16s4x")
+BLOCK: Final = 64
+CACHE_BLOCKS: Final = 32
+_HASH_OPEN: Final = b',"h":"'
+ROLES: Final = {"user": 1, "assistant": 2, "tool": 3, "system": 4}
+FLAG_COMMAND: Final = 1
+FLAG_DELIVERY: Final = 2
+FLAG_MEDIA: Final = 4
+FLAG_TOOL_CALLS: Final = 8
+FLAG_TOOL_RESULT: Final = 16
+
+_decode_message_line = msgspec.json.Decoder(MessageAppended).decode
+
+
+def role_and_flags(message: dict[str, Any]) -> tuple[int, int]:
+    """The role code and flags a record keeps for ``message`` (what history filters on)."""
+    role = message.get("role")
+    flags = 0
+    if message.get("_command"):
+        flags |= FLAG_COMMAND
+    if message.get("_channel_delivery"):
+        flags |= FLAG_DELIVERY
+    if message.get("media"):
+        flags |= FLAG_MEDIA
+    if message.get("tool_calls"):
+        flags |= FLAG_TOOL_CALLS
+    if message.get("tool_call_id"):
+        flags |= FLAG_TOOL_RESULT
+    return ROLES.get(role, 0) if isinstance(role, str) else 0, flags
+
+
+def pack_record(event: MessageAppended, offset: int, length: int, prev_h: str) -> bytes:
+    """The record of ``event`` whose line is ``length`` bytes at ``offset`` of the log.
+
+    Raises:
+        struct.error: a token count outside 32 bits (the caller then writes no index).
+    """
+    role, flags = role_and_flags(event.message)
+    return RECORD.pack(
+        event.seq,
+        offset,
+        length,
+        event.tokens,
+        role,
+        flags,
+        bytes.fromhex(event.h),
+        bytes.fromhex(prev_h),
+    )
+
+
+class IndexSource(Protocol):
+    """Where an indexed list reads: checked records, and log bytes by offset."""
+
+    #: Where the log lives, for error messages.
+    where: str
+    hash_key: bytes
+
+    def records(self, start: int, count: int) -> bytes:
+        """Records ``start`` to ``start + count`` (digest-checked), ``RECORD.size`` each."""
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes of the log at ``offset`` (fewer if the log is shorter)."""
+
+    def all_messages(self) -> list[MessageAppended]:
+        """Every message event the records stand for (record N is item N), from the log."""
+
+
+class _Retry(Exception):
+    """The record file was damaged and the list now holds every message in memory."""
+
+
+class MessageList(Sequence[MessageAppended]):
+    """The live messages of a session, oldest first (see the module docstring)."""
+
+    __slots__ = ("_cache", "_ranges", "_size", "_source", "_starts", "_tail")
+
+    def __init__(self, events: Iterable[MessageAppended] = ()) -> None:
+        self._source: IndexSource | None = None
+        self._ranges: list[tuple[int, int]] = []
+        self._starts: list[int] = []
+        self._size = 0
+        self._tail: list[MessageAppended] = list(events)
+        self._cache: dict[int, list[MessageAppended]] = {}
+
+    @classmethod
+    def indexed(cls, source: IndexSource, ranges: Iterable[tuple[int, int]]) -> MessageList:
+        """A list of the records in ``ranges`` (``[start, stop)`` pairs, in order) of ``source``."""
+        out = cls()
+        out._source = source
+        out._set_ranges([(a, b) for a, b in ranges if b > a])
+        return out
+
+    def _set_ranges(self, ranges: list[tuple[int, int]]) -> None:
+        merged: list[tuple[int, int]] = []
+        for a, b in ranges:
+            if merged and merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        self._ranges = merged
+        self._starts = []
+        total = 0
+        for a, b in merged:
+            self._starts.append(total)
+            total += b - a
+        self._size = total
+        if not merged:
+            self._cache.clear()
+
+    # -- what the snapshot writer needs --------------------------------------------------------
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        """The indexed record ranges (``[start, stop)``), oldest first."""
+        return list(self._ranges)
+
+    @property
+    def source(self) -> IndexSource | None:
+        """The index the ranges refer to (None: every message is in memory)."""
+        return self._source
+
+    @property
+    def in_memory(self) -> list[MessageAppended]:
+        """The messages held in memory (those after the indexed ranges)."""
+        return self._tail
+
+    # -- the list protocol ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._size + len(self._tail)
+
+    def __bool__(self) -> bool:
+        return bool(self._size or self._tail)
+
+    @overload
+    def __getitem__(self, index: int) -> MessageAppended: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[MessageAppended]: ...
+
+    def __getitem__(self, index: int | slice) -> MessageAppended | list[MessageAppended]:
+        if index.__class__ is int:  # the hot path: history indexes one message at a time
+            i: int = index
+            size = self._size
+            if i < 0:
+                i += size + len(self._tail)
+            if i >= size:
+                if i - size < len(self._tail):
+                    return self._tail[i - size]
+            elif i >= 0:
+                starts = self._starts
+                r = bisect.bisect_right(starts, i) - 1
+                ordinal = self._ranges[r][0] + i - starts[r]
+                events = self._cache.get(ordinal // BLOCK)
+                if events is not None:
+                    return events[ordinal % BLOCK]
+                return self._load(ordinal)
+            raise IndexError("message index out of range")
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(len(self))
+            if step == 1:
+                return self._slice(lo, hi)
+            return [self._get(i) for i in range(lo, hi, step)]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("message index out of range")
+        return self._get(index)
+
+    def __iter__(self) -> Iterator[MessageAppended]:
+        for a, b in self._ranges:
+            for ordinal in range(a, b):
+                yield self._load(ordinal)
+        yield from self._tail
+
+    def __reversed__(self) -> Iterator[MessageAppended]:
+        yield from reversed(self._tail)
+        for a, b in reversed(self._ranges):
+            for ordinal in range(b - 1, a - 1, -1):
+                yield self._load(ordinal)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MessageList | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MessageList({len(self)} messages, {self._size} indexed)"
+
+    def append(self, event: MessageAppended) -> None:
+        """Add the newest message."""
+        self._tail.append(event)
+
+    def copy(self) -> MessageList:
+        """An independent list of the same messages (the index is shared, it never changes)."""
+        out = MessageList(self._tail)
+        out._source = self._source
+        out._set_ranges(list(self._ranges))
+        out._cache = self._cache  # decoded blocks are immutable events: sharing them is safe
+        return out
+
+    def detached(self) -> MessageList:
+        """A copy whose in-memory messages own their bytes (see ``MessageAppended.detached``)."""
+        out = self.copy()
+        out._tail = [m.detached() for m in self._tail]
+        return out
+
+    # -- what the fold does ----------------------------------------------------------------------
+
+    def token_sum(self, lo: int, hi: int) -> int:
+        """Stored tokens of messages ``lo`` to ``hi`` (records are read, not message bodies)."""
+        try:
+            return self._token_sum(lo, hi)
+        except _Retry:
+            return self._token_sum(lo, hi)
+
+    def _token_sum(self, lo: int, hi: int) -> int:
+        lo, hi, _ = slice(lo, hi).indices(len(self))
+        total = 0
+        for i in range(lo, min(hi, self._size)):
+            total += int(self._record(self._ordinal(i))[3])
+        for m in self._tail[max(lo - self._size, 0) : max(hi - self._size, 0)]:
+            total += m.tokens
+        return total
+
+    def drop_front(self, count: int) -> int:
+        """Remove the oldest ``count`` messages; return their stored tokens."""
+        count = max(0, min(count, len(self)))
+        tokens = self.token_sum(0, count)  # first: it may move every message into memory
+        from_index = min(count, self._size)
+        if from_index:
+            self._set_ranges(self._cut_ranges(from_index, self._size))
+        del self._tail[: count - from_index]
+        return tokens
+
+    def drop_back(self, count: int) -> int:
+        """Remove the newest ``count`` messages; return their stored tokens."""
+        count = max(0, min(count, len(self)))
+        n = len(self)
+        tokens = self.token_sum(n - count, n)  # first: it may move every message into memory
+        from_tail = min(count, len(self._tail))
+        if from_tail:
+            del self._tail[-from_tail:]
+        rest = count - from_tail
+        if rest:
+            self._set_ranges(self._cut_ranges(0, self._size - rest))
+        return tokens
+
+    def keep(self, indexes: Iterable[int]) -> int:
+        """Keep only the messages at ``indexes`` (out-of-range ones ignored); return their tokens."""
+        wanted = list(indexes)
+        try:
+            return self._keep(wanted)
+        except _Retry:
+            return self._keep(wanted)
+
+    def _keep(self, indexes: list[int]) -> int:
+        n = len(self)
+        wanted = sorted({i for i in indexes if 0 <= i < n})
+        ranges = [(self._ordinal(i), self._ordinal(i) + 1) for i in wanted if i < self._size]
+        tail = [self._tail[i - self._size] for i in wanted if i >= self._size]
+        tokens = sum(int(self._record(a)[3]) for a, _ in ranges) + sum(m.tokens for m in tail)
+        self._set_ranges(ranges)
+        self._tail = tail
+        return tokens
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _cut_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The ranges covering indexed positions ``lo`` to ``hi``."""
+        out: list[tuple[int, int]] = []
+        for (a, b), start in zip(self._ranges, self._starts, strict=True):
+            s, e = max(lo, start), min(hi, start + b - a)
+            if s < e:
+                out.append((a + s - start, a + e - start))
+        return out
+
+    def _ordinal(self, index: int) -> int:
+        r = bisect.bisect_right(self._starts, index) - 1
+        return self._ranges[r][0] + index - self._starts[r]
+
+    def _get(self, index: int) -> MessageAppended:
+        if index >= self._size:
+            return self._tail[index - self._size]
+        return self._load(self._ordinal(index))
+
+    def _slice(self, lo: int, hi: int) -> list[MessageAppended]:
+        out: list[MessageAppended] = []
+        for i in range(lo, min(hi, self._size)):
+            out.append(self._load(self._ordinal(i)))
+        out.extend(self._tail[max(lo - self._size, 0) : max(hi - self._size, 0)])
+        return out
+
+    def _record(self, ordinal: int) -> tuple[Any, ...]:
+        assert self._source is not None
+        try:
+            return RECORD.unpack(self._source.records(ordinal, 1))
+        except ValueError:  # SnapshotError: the record file is damaged
+            self._recover()
+            raise _Retry from None
+
+    def _load(self, ordinal: int) -> MessageAppended:
+        block = ordinal // BLOCK
+        events = self._cache.get(block)
+        if events is None:
+            try:
+                events = self._read_block(block)
+            except ValueError:  # SnapshotError: the record file is damaged; use the log
+                return self._recover()[ordinal]
+            if len(self._cache) >= CACHE_BLOCKS:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[block] = events
+        return events[ordinal - block * BLOCK]
+
+    def _recover(self) -> list[MessageAppended]:
+        """Hold every message in memory, decoded from the log (the record file is damaged)."""
+        assert self._source is not None
+        events = self._source.all_messages()
+        self._tail = [events[o] for a, b in self._ranges for o in range(a, b)] + self._tail
+        self._source = None
+        self._cache = {}
+        self._set_ranges([])
+        return events
+
+    def _read_block(self, block: int) -> list[MessageAppended]:
+        source = self._source
+        assert source is not None
+        first = block * BLOCK
+        last = max(b for _, b in self._ranges) if self._ranges else first
+        count = min(BLOCK, max(last - first, 1))
+        raw = source.records(first, count)
+        recs = [RECORD.unpack_from(raw, i * RECORD.size) for i in range(len(raw) // RECORD.size)]
+        start = recs[0][1]
+        end = recs[-1][1] + recs[-1][2]
+        data = source.read(start, end - start)
+        key = source.hash_key
+        out: list[MessageAppended] = []
+        append = out.append
+        for seq, offset, length, tokens, _role, _flags, h, prev in recs:
+            a = offset - start
+            line = data[a : a + length]
+            # The line's own hash field, then the chain from the record's previous hash: the
+            # checks LineDecoder makes, against what the index recorded.
+            if (
+                len(line) != length
+                or line[-1:] != b"\n"
+                or line[-SUFFIX_LEN - 1 : -SUFFIX_LEN + 5] != _HASH_OPEN
+                or line[-35:-3] != h.hex().encode()
+            ):
+                raise _bad(source, seq, offset, "does not have the hash the index recorded")
+            hasher = blake2b(prev.hex().encode(), digest_size=16, key=key)
+            hasher.update(memoryview(line)[: length - SUFFIX_LEN - 1])
+            if hasher.digest() != h:
+                raise _bad(source, seq, offset, "does not chain")
+            try:
+                event = _decode_message_line(line)
+            except msgspec.DecodeError as exc:
+                raise _bad(source, seq, offset, f"is not a message event ({exc})") from exc
+            if event.seq != seq or event.tokens != tokens:
+                raise _bad(source, seq, offset, "disagrees with the index on its seq or tokens")
+            append(event)
+        return out
+
+
+def _bad(source: IndexSource, seq: int, offset: int, why: str) -> CorruptLogError:
+    return CorruptLogError(
+        source.where, 0, f"message {seq} at byte {offset} {why} (the log changed; run verify)"
+    )

@@ -1,0 +1,241 @@
+"""Index snapshots (format 3): a read costs the window, and the index never wins over the log."""
+
+from __future__ import annotations
+
+import os
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from test_snapshot import fill
+
+from sessionledger import projections, replay
+from sessionledger.eventlog import (
+    CorruptLogError,
+    FileStore,
+    UnsafePathError,
+    _fileindex,
+    _filestore,
+    _idindex,
+)
+
+KEY = "telegram:42"
+
+
+def store_with(tmp_path: Path, n: int, *, snapshot: bool = True) -> FileStore:
+    store = FileStore(tmp_path / "s", durability="none")
+    with store.session(KEY) as w:
+        for i in range(n):
+            w.append_message("user" if i % 2 == 0 else "assistant", f"message {i} " * 8)
+    if snapshot:
+        store.write_snapshot(KEY)  # closing wrote one already (past snapshot_every)
+        assert store.load(KEY).snapshot_seq == n
+    return store
+
+
+def test_open_reads_the_index_not_the_messages(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 3_000)
+    loaded = store.load(KEY)
+    assert loaded.snapshot_seq == 3_000 and loaded.events == []
+    messages = loaded.state.messages
+    assert len(messages) == 3_000 and messages.in_memory == [] and len(messages.ranges) == 1
+    assert loaded.state.ids.recent == {}
+
+
+def test_history_reads_about_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = store_with(tmp_path, 5_000)
+    log_size = store.path_for(KEY).stat().st_size
+    read: list[int] = []
+    original = _fileindex.FileIndexFiles.read_log
+
+    def counting(self: _fileindex.FileIndexFiles, offset: int, length: int) -> bytes:
+        data = original(self, offset, length)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(_fileindex.FileIndexFiles, "read_log", counting)
+    state = store.load(KEY).state
+    got = projections.history(state, max_messages=100)
+    assert [m["content"].strip() for m in got] == [
+        (f"message {i} " * 8).strip() for i in range(4_900, 5_000)
+    ]
+    # Blocks of 64 records: at most 3 blocks' lines for 100 messages, plus the anchor line.
+    assert 0 < sum(read) < log_size / 10
+    full = store.load(KEY, snapshot=False).state
+    assert projections.history(full, max_messages=100) == got
+
+
+def test_writer_opens_from_the_snapshot_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = store_with(tmp_path, 500)
+    with store.session(KEY) as w:
+        w.append_message("user", "after the snapshot")
+    starts: list[int] = []
+    original = _filestore.FileStore._read_fd
+
+    def spying(fd: int, offset: int = 0) -> bytes:
+        starts.append(offset)
+        return original(fd, offset)
+
+    monkeypatch.setattr(_filestore.FileStore, "_read_fd", staticmethod(spying))
+    again = FileStore(tmp_path / "s", durability="none")
+    writer = again.session(KEY)
+    assert starts and starts[0] > 0  # never byte 0
+    assert writer.state == again.load(KEY, snapshot=False).state
+    writer.append_message("user", "continues the chain")
+    writer.close()
+    assert replay.verify(again).ok
+
+
+def test_snapshot_extension_equals_a_rebuild(tmp_path: Path) -> None:
+    """Records are a function of the log: extending writes the bytes a rebuild writes."""
+    store = FileStore(tmp_path / "s", durability="none")
+    rng = random.Random(5)
+    for _ in range(4):
+        with store.session(KEY) as w:
+            fill(w, rng, 700)
+        store.write_snapshot(KEY)
+    index = tmp_path / "s" / (store.path_for(KEY).stem + ".index")
+    ids = index.with_suffix(".ids")
+    extended = (index.read_bytes(), ids.read_bytes(), store.snapshot_bytes(KEY))
+    assert store.load(KEY).state == store.load(KEY, snapshot=False).state
+    store.write_snapshot(KEY, rebuild=True)
+    assert (index.read_bytes(), ids.read_bytes(), store.snapshot_bytes(KEY)) == extended
+
+
+def test_a_damaged_index_falls_back_to_the_log(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 2_000)
+    index = tmp_path / "s" / (store.path_for(KEY).stem + ".index")
+    data = bytearray(index.read_bytes())
+    data[-100] ^= 0xFF
+    index.write_bytes(bytes(data))
+    state = store.load(KEY).state
+    assert projections.history(state, max_messages=50) == projections.history(
+        store.load(KEY, snapshot=False).state, max_messages=50
+    )
+    assert state.messages.source is None  # every message now in memory, from the log
+    assert store.write_snapshot(KEY, rebuild=True).written
+    assert store.load(KEY).state.messages.source is not None
+
+
+def test_a_short_index_means_no_snapshot(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 300)
+    index = tmp_path / "s" / (store.path_for(KEY).stem + ".index")
+    os.truncate(index, 64 * 10)
+    loaded = store.load(KEY)
+    assert loaded.snapshot_seq == 0 and len(loaded.state.messages) == 300
+
+
+def test_an_edited_body_before_the_snapshot_is_refused(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 200)
+    path = store.path_for(KEY)
+    data = path.read_bytes()
+    at = data.index(b"message 150 ")
+    path.write_bytes(data[:at] + b"MESSAGE" + data[at + 7 :])  # same length, hash field kept
+    state = store.load(KEY).state  # the snapshot's own line is intact: it is used
+    with pytest.raises(CorruptLogError, match="does not chain"):
+        projections.history(state, max_messages=100)
+    assert not replay.verify(store).ok
+
+
+def test_a_replaced_log_makes_the_snapshot_stale(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 300)
+    store.delete(KEY)
+    with store.session(KEY) as w:
+        w.append_message("user", "a new life")
+    loaded = store.load(KEY)
+    assert len(loaded.state.messages) == 1 and loaded.state.messages[0].message["content"]
+
+
+def test_retried_ids_are_found_on_disk_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStore(tmp_path / "s", durability="none")
+    with store.session(KEY) as w:
+        for i in range(300):
+            w.append_message("user", f"m{i}", id=f"id-{i}")
+    store.write_snapshot(KEY)
+    writer = FileStore(tmp_path / "s", durability="none").session(KEY)
+    assert writer.state.ids.recent == {}
+    assert writer.append_message("user", "again", id="id-17") == 18  # a retry: nothing written
+    assert writer.seq == 300
+    # Every digest collides: a new id is still new (each candidate is checked on its line).
+    monkeypatch.setattr(_idindex, "id_digest", lambda event_id, key=b"": b"\0" * 8)
+    blind = FileStore(tmp_path / "s2", durability="none")
+    with blind.session(KEY) as w:
+        for i in range(50):
+            w.append_message("user", f"m{i}", id=f"id-{i}")
+    blind.write_snapshot(KEY)
+    w2 = FileStore(tmp_path / "s2", durability="none").session(KEY)
+    assert w2.append_message("user", "new", id="fresh") == 51
+    assert w2.append_message("user", "retry", id="id-3") == 4
+    w2.close()
+    writer.close()
+
+
+def test_a_damaged_id_file_still_finds_retries(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "s", durability="none")
+    with store.session(KEY) as w:
+        for i in range(100):
+            w.append_message("user", f"m{i}", id=f"id-{i}")
+    store.write_snapshot(KEY)
+    ids = tmp_path / "s" / (store.path_for(KEY).stem + ".ids")
+    ids.write_bytes(b"\xff" * ids.stat().st_size)
+    writer = FileStore(tmp_path / "s", durability="none").session(KEY)
+    assert writer.append_message("user", "again", id="id-42") == 43
+    assert writer.append_message("user", "new", id="id-new") == 101
+    writer.close()
+
+
+def test_close_reads_only_what_was_written_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = store_with(tmp_path, 2_000)
+    line_start = store.load(KEY).valid_length - 1
+    offsets: list[int] = []
+    original = FileStore.read_tail
+
+    def spying(self: FileStore, key: str, offset: int) -> tuple[int, bytes]:
+        offsets.append(offset)
+        return original(self, key, offset)
+
+    monkeypatch.setattr(FileStore, "read_tail", spying)
+    monkeypatch.setattr(FileStore, "read_bytes", None)  # a full read would fail
+    again = FileStore(tmp_path / "s", durability="none")
+    with again.session(KEY) as w:
+        for i in range(300):
+            w.append_message("user", f"late {i}")
+    assert offsets and min(offsets) > line_start - 2_000
+    assert again.load(KEY).snapshot_seq == 2_300
+
+
+def test_exists_is_a_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = store_with(tmp_path, 3, snapshot=False)
+
+    def no_reads(path: str) -> bytes:
+        raise AssertionError("exists() read the log")
+
+    monkeypatch.setattr(_filestore, "read_file", no_reads)
+    assert store.exists(KEY) and not store.exists("other")
+    os.symlink(store.path_for(KEY), store.path_for("link"))
+    with pytest.raises(UnsafePathError):
+        store.exists("link")
+    os.mkdir(store.path_for("dir"))
+    with pytest.raises(UnsafePathError):
+        store.exists("dir")
+
+
+def test_delete_and_trash_remove_the_index_files(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 10)
+    root = tmp_path / "s"
+    assert any(p.suffix == ".index" for p in root.iterdir())
+    report = store.cleanup(0, now=datetime.now(UTC) + timedelta(hours=1))
+    assert report.trashed == [KEY]
+    assert not any(p.suffix in (".index", ".ids") for p in root.iterdir())
+    store.restore(store.trash()[0])
+    assert store.load(KEY).snapshot_seq == 0  # the restored snapshot has no index: not used
+    assert store.write_snapshot(KEY).written and store.load(KEY).snapshot_seq == 10
+    store.delete(KEY)
+    assert not any(p.suffix in (".index", ".ids", ".snapshot") for p in root.iterdir())

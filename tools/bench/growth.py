@@ -1,0 +1,394 @@
+"""Growth: what opening, reading, closing and probing a session cost as it grows (issue 17).
+
+Sessions of 1k, 10k, 100k (and 1M without ``--quick``) messages are generated once and cached
+under ``.bench/growth/`` (the same seeded conversation, short tool outputs); every figure is
+the median of several runs taken side by side in one process with the OpenAI Agents SDK's
+``SQLiteSession`` (``get_items(500)`` on a fresh object, its cold path) and with a raw read of
+the last 500 lines of the JSONL file (seek, read, ``json`` decode: the floor for any log).
+
+Figures per size:
+- open + ``history(500)``: a fresh store object, ``load`` (snapshot + log tail), then the LLM
+  history of at most 500 messages (no token budget);
+- writer open: ``store.session(key)`` on a fresh store object, and its memory (tracemalloc,
+  bytes per event of the session);
+- ``close()``: a writer that appended 300 messages closes (the snapshot policy runs there);
+  the session is put back byte for byte afterwards;
+- ``exists()``: one call, in microseconds.
+
+Run: ``python -m sessionledger.tools.bench.growth [--quick] [--markdown]``; it is also the
+``growth`` benchmark of the suite. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._core import Context, Row, benchmark
+from ._workload import conversation
+
+KEY = "bench:growth"
+WINDOW = 500
+_CHUNK = 10_000
+_REPO = Path(__file__).resolve().parents[2]
+CACHE = _REPO / ".bench" / "growth"
+SIZES_QUICK = (1_000, 10_000, 100_000)
+SIZES_FULL = (*SIZES_QUICK, 1_000_000)
+#: The issue's goals (ms, except memory in bytes per event and exists in microseconds).
+GOAL_OPEN_HISTORY: dict[int, float] = {10_000: 3.0, 100_000: 3.0, 1_000_000: 5.0}
+GOAL_WRITER_OPEN: dict[int, float] = {100_000: 5.0}
+
+
+def _chunks(n: int) -> Any:
+    """The ``n``-message conversation, in chunks of 10,000 (each a legal conversation)."""
+    done = 0
+    seed = 1
+    while done < n:
+        size = min(_CHUNK, n - done)
+        yield conversation(size, seed=seed, big_tools=False)
+        done += size
+        seed += 1
+
+
+def _sdk_item(message: dict[str, Any]) -> dict[str, Any]:
+    # The Agents SDK stores Responses-API input items; a chat message maps to role + content.
+    content = message.get("content")
+    return {"role": message["role"], "content": content if isinstance(content, str) else ""}
+
+
+def ensure_session(n: int, cache: Path = CACHE) -> Path:
+    """The cached directory of the ``n``-message session (ours and SQLite), built once."""
+    from sessionledger.eventlog import FileStore
+
+    root = cache / f"{n}"
+    done = root / ".complete"
+    if done.exists():
+        # Bring the snapshot to the log's end in this version's format (cheap when it is).
+        with FileStore(root / "log", durability="none") as store:
+            store.write_snapshot(KEY)
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "log").mkdir(parents=True)
+    store = FileStore(root / "log", durability="none")
+    writer = store.session(KEY)
+    sqlite = _sqlite_session(root)
+    loop = asyncio.new_event_loop()
+    try:
+        for chunk in _chunks(n):
+            for m in chunk:
+                writer.append_message_dict(m)
+            loop.run_until_complete(sqlite.add_items([_sdk_item(m) for m in chunk]))
+        writer.close()
+        store.write_snapshot(KEY)
+        store.close()
+        sqlite.close()
+    finally:
+        loop.close()
+    done.write_text(str(n))
+    return root
+
+
+def _sqlite_session(root: Path) -> Any:
+    from agents.memory import SQLiteSession
+
+    return SQLiteSession(KEY, root / "sqlite.db")
+
+
+def raw_tail(path: Path, lines: int = WINDOW) -> list[dict[str, Any]]:
+    """The last ``lines`` lines of a JSONL file, decoded: seek back until they are all read."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        block = 1 << 16
+        data = b""
+        pos = end
+        while pos > 0 and data.count(b"\n") <= lines:
+            step = min(block, pos)
+            pos -= step
+            f.seek(pos)
+            data = f.read(step) + data
+            block *= 2
+    tail = data.split(b"\n")[-lines - 1 : -1]
+    return [json.loads(line) for line in tail]
+
+
+@dataclass
+class Figures:
+    """The medians measured at one size."""
+
+    n: int
+    log_mb: float = 0.0
+    open_history: float | None = None
+    sqlite_get_items: float | None = None
+    raw_tail: float | None = None
+    writer_open: float | None = None
+    close: float | None = None
+    exists_us: float | None = None
+    bytes_per_event: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _median(runs: int, fn: Callable[[], float]) -> float:
+    return statistics.median(fn() for _ in range(runs))
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+class _Restore:
+    """Put a session directory back exactly as it was (append-only files cut, others rewritten)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sizes: dict[str, int] = {}
+        self.small: dict[str, bytes] = {}
+        for entry in os.scandir(root):
+            if entry.is_file(follow_symlinks=False):
+                size = entry.stat().st_size
+                self.sizes[entry.name] = size
+                if size <= 8 << 20 and not entry.name.endswith(".jsonl"):
+                    self.small[entry.name] = Path(entry.path).read_bytes()
+
+    def __call__(self) -> None:
+        for entry in os.scandir(self.root):
+            if entry.name not in self.sizes:
+                os.unlink(entry.path)
+        for name, size in self.sizes.items():
+            path = self.root / name
+            if name in self.small:
+                tmp = path.with_name(name + ".restore")
+                tmp.write_bytes(self.small[name])
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, path)
+            elif path.stat().st_size != size:
+                os.truncate(path, size)
+
+
+def measure(n: int, runs: int, *, cache: Path = CACHE) -> Figures:
+    """Every figure at ``n`` messages."""
+    from sessionledger.eventlog import FileStore
+    from sessionledger.projections import history
+
+    root = ensure_session(n, cache)
+    logdir = root / "log"
+    fig = Figures(n)
+    logpath = FileStore(logdir).path_for(KEY)
+    fig.log_mb = logpath.stat().st_size / 1e6
+    restore = _Restore(logdir)
+    loop = asyncio.new_event_loop()
+
+    def ours_read() -> float:
+        def go() -> None:
+            store = FileStore(logdir)
+            got = history(store.load(KEY).state, max_messages=WINDOW)
+            assert got
+            store.close()
+
+        return _timed(go)
+
+    def sqlite_read() -> float:
+        def go() -> None:
+            session = _sqlite_session(root)
+            got = loop.run_until_complete(session.get_items(WINDOW))
+            assert len(got) == WINDOW
+            session.close()
+
+        return _timed(go)
+
+    def tail_read() -> float:
+        return _timed(lambda: raw_tail(logpath))
+
+    def writer_open() -> float:
+        store = FileStore(logdir)
+        seconds = _timed(lambda: store.session(KEY))
+        store.session(KEY).close()
+        store.close()
+        restore()
+        return seconds
+
+    extra = list(conversation(300, seed=99, big_tools=False))
+
+    def close() -> float:
+        store = FileStore(logdir)
+        writer = store.session(KEY)
+        for m in extra:
+            writer.append_message_dict(m)
+        seconds = _timed(writer.close)
+        store.close()
+        restore()
+        return seconds
+
+    def exists() -> float:
+        store = FileStore(logdir)
+        reps = 200
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            store.exists(KEY)
+        return (time.perf_counter() - t0) / reps
+
+    try:
+        a: list[float] = []
+        b: list[float] = []
+        c: list[float] = []
+        for _ in range(runs):  # alternating, so a noisy neighbour slows all three
+            a.append(ours_read())
+            b.append(sqlite_read())
+            c.append(tail_read())
+        fig.open_history = statistics.median(a) * 1e3
+        fig.sqlite_get_items = statistics.median(b) * 1e3
+        fig.raw_tail = statistics.median(c) * 1e3
+        fig.writer_open = _median(runs, writer_open) * 1e3
+        fig.close = _median(runs, close) * 1e3
+        fig.exists_us = _median(runs, exists) * 1e6
+        fig.bytes_per_event = writer_memory(logdir, n)
+        restore()
+    finally:
+        loop.close()
+    return fig
+
+
+def writer_memory(logdir: Path, n: int) -> float:
+    """Bytes per event an open writer holds (tracemalloc: allocated by opening, still live)."""
+    from sessionledger.eventlog import FileStore
+
+    store = FileStore(logdir)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        writer = store.session(KEY)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        events = writer.state.seq
+    finally:
+        tracemalloc.stop()
+    store.close()
+    return (after - before) / max(events, n)
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+_ROWS: tuple[tuple[str, str], ...] = (
+    ("open + `history(500)` (ms)", "open_history"),
+    ("Agents SDK `SQLiteSession.get_items(500)`, cold (ms)", "sqlite_get_items"),
+    ("raw read of the last 500 JSONL lines (ms)", "raw_tail"),
+    ("writer open (ms)", "writer_open"),
+    ("`close()` after 300 appends (ms)", "close"),
+    ("`exists()` (us)", "exists_us"),
+    ("open writer's memory (bytes per event)", "bytes_per_event"),
+)
+
+
+def markdown(figures: Sequence[Figures]) -> str:
+    """The growth table, one column per size."""
+    head = "| | " + " | ".join(f"{f.n:,} msgs ({f.log_mb:,.0f} MB)" for f in figures) + " |"
+    lines = [head, "|---|" + "---:|" * len(figures)]
+    for label, attr in _ROWS:
+        cells = (_cell(getattr(f, attr)) for f in figures)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run(sizes: Sequence[int], runs: int, *, cache: Path = CACHE) -> list[Figures]:
+    """Measure every size, printing each column's figures as it finishes."""
+    out: list[Figures] = []
+    for n in sizes:
+        t0 = time.perf_counter()
+        fig = measure(n, runs, cache=cache)
+        print(f"  {n:,} messages measured in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        out.append(fig)
+    return out
+
+
+def _rows(figures: Sequence[Figures]) -> list[Row]:
+    rows: list[Row] = []
+    for f in figures:
+        size = f"{f.n:,} msgs"
+        rows.append(
+            Row(
+                "growth",
+                f"open + history(500), {size}",
+                "ms",
+                f.open_history,
+                f.sqlite_get_items,
+                target=GOAL_OPEN_HISTORY.get(f.n),
+                nanobot_what=f"(SQLiteSession.get_items(500) cold; raw tail {f.raw_tail:.2f} ms)",
+            )
+        )
+        rows.append(
+            Row(
+                "growth",
+                f"writer open, {size}",
+                "ms",
+                f.writer_open,
+                target=GOAL_WRITER_OPEN.get(f.n),
+            )
+        )
+        rows.append(Row("growth", f"close() after 300 appends, {size}", "ms", f.close, target=5.0))
+        rows.append(
+            Row(
+                "growth",
+                f"exists(), {size}",
+                "ms",
+                None if f.exists_us is None else f.exists_us / 1e3,
+                target=0.05,
+            )
+        )
+        rows.append(
+            Row(
+                "growth",
+                f"writer memory per event, {size}",
+                "ms",
+                None,
+                note=f"{_cell(f.bytes_per_event)} bytes/event (goal <= 100)",
+            )
+        )
+    return rows
+
+
+@benchmark("growth", 17, "Growth: open+history(500), writer open, close, exists vs SQLiteSession")
+def bench_growth(ctx: Context) -> list[Row]:
+    """The growth figures at 1k/10k/100k (and 1M without --quick)."""
+    sizes = SIZES_QUICK if ctx.quick else SIZES_FULL
+    return _rows(run(sizes, ctx.runs))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sessionledger.tools.bench.growth``: print the growth table."""
+    p = argparse.ArgumentParser(prog="python -m sessionledger.tools.bench.growth")
+    p.add_argument("--quick", action="store_true", help="1k, 10k and 100k only")
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--sizes", default="", help="comma-separated sizes (overrides --quick)")
+    args = p.parse_args(argv)
+    sizes = (
+        tuple(int(s) for s in args.sizes.split(",") if s)
+        if args.sizes
+        else (SIZES_QUICK if args.quick else SIZES_FULL)
+    )
+    print(markdown(run(sizes, args.runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
