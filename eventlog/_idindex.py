@@ -76,6 +76,10 @@ class IdIndex:
     def __setitem__(self, event_id: str, seq: int) -> None:
         self._recent[event_id] = seq
 
+    def pop(self, event_id: str, default: int | None = None) -> int | None:
+        """Forget an id folded since the state was opened (an undone write); ids on disk stay."""
+        return self._recent.pop(event_id, default)
+
     def __contains__(self, event_id: object) -> bool:
         return isinstance(event_id, str) and self.get(event_id) is not None
 

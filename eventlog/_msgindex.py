@@ -227,6 +227,21 @@ class MessageList(Sequence[MessageAppended]):
     def __repr__(self) -> str:
         return f"MessageList({len(self)} messages, {self._size} indexed)"
 
+    def __delitem__(self, index: int | slice) -> None:
+        n = len(self)
+        lo, hi, step = index.indices(n) if isinstance(index, slice) else (index, index + 1, 1)
+        if not isinstance(index, slice) and lo < 0:
+            lo, hi = lo + n, lo + n + 1
+        if step != 1:
+            doomed = set(range(lo, hi, step))
+            self.keep(i for i in range(n) if i not in doomed)
+        elif hi >= n:
+            self.drop_back(max(n - lo, 0))
+        elif lo <= 0:
+            self.drop_front(hi)
+        elif lo < hi:
+            self.keep([*range(lo), *range(hi, n)])
+
     def append(self, event: MessageAppended) -> None:
         """Add the newest message."""
         self._tail.append(event)

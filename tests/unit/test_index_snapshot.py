@@ -239,3 +239,18 @@ def test_delete_and_trash_remove_the_index_files(tmp_path: Path) -> None:
     assert store.write_snapshot(KEY).written and store.load(KEY).snapshot_seq == 10
     store.delete(KEY)
     assert not any(p.suffix in (".index", ".ids", ".snapshot") for p in root.iterdir())
+
+
+@pytest.mark.parametrize(
+    "cut", [slice(250, None), slice(None, 30), slice(40, 60), slice(1, 9, 2), -1]
+)
+def test_deleting_from_an_indexed_list_is_list_deletion(tmp_path: Path, cut: slice | int) -> None:
+    store = store_with(tmp_path, 300)
+    with store.session(KEY) as w:
+        w.append_message("user", "in memory")
+    messages = store.load(KEY).state.messages
+    assert messages.ranges and messages.in_memory
+    expected = list(messages)
+    del expected[cut]
+    del messages[cut]
+    assert list(messages) == expected and len(messages) == len(expected)
