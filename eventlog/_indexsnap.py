@@ -16,6 +16,11 @@ Invariants:
   the records of the lines after its anchor, and rewrites the digest of the last chunk.
 - Writing costs the lines after the previous snapshot (plus 16 bytes of digest per 1,024
   records), never the whole session: that is what lets a closing writer snapshot.
+- A closing writer (:func:`extend_from_state`) writes its own state rather than a fold of
+  decoded lines: the lines since the snapshot are split and hash-checked, and decoded only
+  when the writer no longer holds them. That is sound because a writer's live state equals the
+  state reopened from its log (the property the suite holds every writer to); the state's
+  head must also equal the last line's hash, or the general path runs instead.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Final
 
 import msgspec
 
-from ._codec import decode_log
+from ._codec import SUFFIX_LEN, chain_hash, decode_log
 from ._errors import CorruptLogError
 from ._events import Event, Header, MessageAppended
 from ._fileindex import FileIndexFiles, IndexName
@@ -196,6 +201,8 @@ class FileMessages:
         self.hash_key = hash_key
         self._files = files
         self._meta = meta
+        #: The snapshot the records are of.
+        self.meta = meta
         self._chunks = _Chunks(files, "index", RECORD.size, meta.records, meta.record_digests)
         self._chunks.key = hash_key
 
@@ -336,20 +343,48 @@ def write_index(
         SnapshotError: a record cannot hold a value (a token count past 32 bits).
     """
     records = base.records if base is not None else 0
-    first_seq = base.seq + 1 if base is not None else 1
     prev = base.head if base is not None else (header.h or "")
-    msg_out: list[bytes] = []
-    id_out: list[bytes] = []
-    ordinal_of: dict[int, int] = {}
-    try:
-        for event, (offset, length) in zip(events, spans, strict=True):
-            if isinstance(event, MessageAppended):
-                ordinal_of[event.seq] = records + len(msg_out)
-                msg_out.append(pack_record(event, offset, length, prev))
-            id_out.append(id_digest(event.id, hash_key) + offset.to_bytes(8, "little"))
-            prev = event.h
-    except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
-        raise SnapshotError(f"a message cannot be indexed: {exc}") from exc
+    new = _NewRecords(records)
+    for event, (offset, length) in zip(events, spans, strict=True):
+        new.add(event, event.id, offset, length, prev, hash_key)
+        prev = event.h
+    return _finish(files, header, state, anchor, base, new, hash_key)
+
+
+class _NewRecords:
+    """The records of the lines after a snapshot, as they are collected."""
+
+    def __init__(self, records: int) -> None:
+        self.records = records
+        self.msg_out: list[bytes] = []
+        self.id_out: list[bytes] = []
+        self.ordinal_of: dict[int, int] = {}
+
+    def add(
+        self, event: Event | None, event_id: str, offset: int, length: int, prev: str, key: bytes
+    ) -> None:
+        """One line: its id record, and its message record when ``event`` is a message."""
+        if isinstance(event, MessageAppended):
+            self.ordinal_of[event.seq] = self.records + len(self.msg_out)
+            try:
+                self.msg_out.append(pack_record(event, offset, length, prev))
+            except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
+                raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
+        self.id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
+
+
+def _finish(
+    files: FileIndexFiles,
+    header: Header,
+    state: SessionState,
+    anchor: Anchor,
+    base: IndexMeta | None,
+    new: _NewRecords,
+    hash_key: bytes,
+) -> bytes:
+    records = new.records
+    first_seq = base.seq + 1 if base is not None else 1
+    msg_out, id_out, ordinal_of = new.msg_out, new.id_out, new.ordinal_of
     messages = state.messages
     ranges = list(messages.ranges) if messages.source is not None else []
     for event in messages.in_memory:
@@ -386,6 +421,67 @@ def write_index(
         id_digests=id_digests,
     )
     return encode_meta(meta, hash_key)
+
+
+_MESSAGE_TAG: Final = b'{"type":"message",'
+_decode_message = msgspec.json.Decoder(MessageAppended).decode
+
+
+def extend_from_state(
+    files: FileIndexFiles, meta: IndexMeta, state: SessionState, tail: bytes, hash_key: bytes
+) -> bytes | None:
+    """The snapshot of a closing writer's ``state``, opened from ``meta`` (which is still the
+    stored snapshot), written from what the writer holds: the lines since ``meta`` are only
+    split, hash-checked and, for lines the writer does not hold, decoded. ``tail`` is the log
+    from ``meta.line_start``. None: the state does not line up with the log (take the
+    general path)."""
+    count = state.seq - meta.seq
+    if count <= 0:
+        return None
+    in_memory = {m.seq: m for m in state.messages.in_memory}
+    id_of = {seq: event_id for event_id, seq in state.ids.recent.items() if seq > meta.seq}
+    new = _NewRecords(meta.records)
+    prev = meta.head
+    prev_prev = meta.prev_head
+    pos = meta.offset - meta.line_start
+    line_start = meta.line_start
+    for seq in range(meta.seq + 1, state.seq + 1):
+        end = tail.find(b"\n", pos)
+        if end < 0:
+            return None
+        line = tail[pos : end + 1]
+        h = line[-35:-3].decode("ascii", "replace")
+        if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:
+            return None
+        event: Event | None = in_memory.get(seq)
+        if event is None and line.startswith(_MESSAGE_TAG):
+            try:
+                event = _decode_message(line)
+            except msgspec.DecodeError:
+                return None
+        event_id = id_of.get(seq)
+        if event_id is None:
+            try:
+                event_id = _id_decoder.decode(line).id
+            except msgspec.DecodeError:
+                return None
+        if event is not None and (event.seq != seq or event.h != h):
+            return None
+        line_start = meta.line_start + pos
+        new.add(event, event_id, line_start, len(line), prev, hash_key)
+        prev_prev, prev = prev, h
+        pos = end + 1
+    if prev != state.head:
+        return None
+    anchor = Anchor(
+        seq=state.seq,
+        head=prev,
+        prev_head=prev_prev,
+        line_start=line_start,
+        offset=meta.line_start + pos,
+        line_no=meta.line_no + count,
+    )
+    return _finish(files, meta.header, state, anchor, meta, new, hash_key)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

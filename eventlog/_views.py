@@ -31,8 +31,10 @@ from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
 from ._fileindex import FileIndexFiles
 from ._fold import SessionState, fold
 from ._indexsnap import (
+    FileMessages,
     IndexMeta,
     decode_meta,
+    extend_from_state,
     is_index_snapshot,
     line_spans,
     open_state,
@@ -372,4 +374,31 @@ class ViewStorage(abc.ABC):
         if self.snapshot_every <= 0 or writer.state.seq - base < self.snapshot_every:
             return
         with contextlib.suppress(EventLogError, OSError):
-            self.write_snapshot(writer.key)
+            if not self._index_on_close(writer):
+                self.write_snapshot(writer.key)
+
+    def _index_on_close(self, writer: SessionWriter) -> bool:
+        """Extend the index snapshot the writer opened from with what it holds (True: done)."""
+        key = writer.key
+        files = self._index_files(key)
+        source = writer.state.messages.source
+        if files is None or not isinstance(source, FileMessages):
+            return False
+        meta = self._read_snapshot(key)
+        if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (
+            source.meta.seq,
+            source.meta.head,
+        ):
+            return False
+        _, tail = self.read_tail(key, meta.line_start)
+        if check_anchor(meta, tail, self._hash_key) is not None:
+            return False
+        try:
+            blob = extend_from_state(files, meta, writer.state, tail, self._hash_key)
+        except (SnapshotError, msgspec.EncodeError, OverflowError):
+            return False
+        if blob is None:
+            return False
+        self.put_snapshot(key, blob)
+        self._snapshot_seqs()[key] = writer.state.seq
+        return True

@@ -254,3 +254,36 @@ def test_deleting_from_an_indexed_list_is_list_deletion(tmp_path: Path, cut: sli
     del expected[cut]
     del messages[cut]
     assert list(messages) == expected and len(messages) == len(expected)
+
+
+def test_a_closing_writer_indexes_from_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close path works from the writer's state (decoding only lines it no longer holds)
+    and writes the bytes a rebuild writes."""
+    from sessionledger.eventlog import _indexsnap, _views
+
+    store = store_with(tmp_path, 400)
+    written: list[bool] = []
+    original = _indexsnap.extend_from_state
+
+    def spying(*args: object) -> bytes | None:
+        blob = original(*args)  # type: ignore[arg-type]
+        written.append(blob is not None)
+        return blob
+
+    monkeypatch.setattr(_views, "extend_from_state", spying)
+    rng = random.Random(3)
+    with FileStore(tmp_path / "s", durability="none").session(KEY) as w:
+        fill(w, rng, 600)
+        w.append_message("user", "last", id="the-last")
+    assert written == [True]
+    fresh = FileStore(tmp_path / "s", durability="none")
+    assert fresh.load(KEY).events == []
+    assert fresh.load(KEY).state == fresh.load(KEY, snapshot=False).state
+    index = tmp_path / "s" / (store.path_for(KEY).stem + ".index")
+    before = (index.read_bytes(), index.with_suffix(".ids").read_bytes(), fresh.snapshot_bytes(KEY))
+    fresh.write_snapshot(KEY, rebuild=True)
+    after = (index.read_bytes(), index.with_suffix(".ids").read_bytes(), fresh.snapshot_bytes(KEY))
+    assert before == after
+    assert fresh.session(KEY).append_message("user", "again", id="the-last") == 1001

@@ -166,7 +166,7 @@ class _Restore:
 
     def __call__(self) -> None:
         for entry in os.scandir(self.root):
-            if entry.name not in self.sizes:
+            if entry.name not in self.sizes and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
         for name, size in self.sizes.items():
             path = self.root / name
