@@ -27,6 +27,7 @@ from sessionledger.eventlog import (
     MemoryStore,
     SessionState,
     SessionWriter,
+    state_enc_hook,
 )
 from sessionledger.eventlog._values import MAX_DEPTH
 
@@ -109,7 +110,10 @@ def _apply(writer: SessionWriter, kind: str, value: Any) -> None:
 
 
 def _same(live: SessionState, reopened: SessionState) -> None:
-    assert msgspec.json.encode(reopened) == msgspec.json.encode(live)
+    def encode(state: SessionState) -> bytes:
+        return msgspec.json.encode(state, enc_hook=state_enc_hook)
+
+    assert encode(reopened) == encode(live)
     assert reopened.message_dicts == live.message_dicts  # the caller's objects vs decoded
     assert reopened.metadata == live.metadata
     for event in live.messages:  # the objects the live state keeps are JSON-equal to the log
