@@ -227,6 +227,26 @@ class MessageList(Sequence[MessageAppended]):
     def __repr__(self) -> str:
         return f"MessageList({len(self)} messages, {self._size} indexed)"
 
+    @overload
+    def __setitem__(self, index: int, value: MessageAppended) -> None: ...
+
+    @overload
+    def __setitem__(self, index: slice, value: Iterable[MessageAppended]) -> None: ...
+
+    def __setitem__(
+        self, index: int | slice, value: MessageAppended | Iterable[MessageAppended]
+    ) -> None:
+        # Replacing messages (redaction, erasure) is rare: the list moves into memory first.
+        if isinstance(index, slice) and index == slice(None):
+            items: list[MessageAppended] = list(value)  # type: ignore[arg-type]
+        else:
+            items = list(self)
+            items[index] = value  # type: ignore[index,assignment]
+        self._tail = items
+        self._source = None
+        self._cache = {}
+        self._set_ranges([])
+
     def __delitem__(self, index: int | slice) -> None:
         n = len(self)
         lo, hi, step = index.indices(n) if isinstance(index, slice) else (index, index + 1, 1)

@@ -189,13 +189,15 @@ class ViewStorage(abc.ABC):
         blob = self.snapshot_bytes(key)
         if blob is None:
             return None
-        indexed = self._index_files(key) is not None
         try:
-            if is_index_snapshot(blob):
-                return decode_meta(blob, key, self._hash_key) if indexed else None
-            return None if indexed else decode_snapshot(blob, key, self._hash_key)
+            if not is_index_snapshot(blob):
+                return decode_snapshot(blob, key, self._hash_key)
+            if self._index_files(key) is None:
+                return None
+            meta = decode_meta(blob, key, self._hash_key)
         except SnapshotError:
             return None
+        return None if _private(meta.state) or meta.header.sealing else meta
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -212,7 +214,7 @@ class ViewStorage(abc.ABC):
                 snap = decode_snapshot(blob, key, self._hash_key)
         except SnapshotError as exc:
             return SnapshotStatus(key, "corrupt", reason=str(exc))
-        if (self._index_files(key) is not None) != isinstance(snap, IndexMeta):
+        if isinstance(snap, IndexMeta) and self._index_files(key) is None:
             return SnapshotStatus(key, "stale", snap.seq, reason="written in another format")
         try:
             _, tail = self.read_tail(key, snap.line_start)
@@ -237,7 +239,9 @@ class ViewStorage(abc.ABC):
         """
         files = self._index_files(key)
         if files is not None:
-            return self._write_index_snapshot(key, files, rebuild)
+            done = self._write_index_snapshot(key, files, rebuild)
+            if done is not None:
+                return done
         restored = None if rebuild else self._restore(key, None)
         if restored is not None:
             snap, tail, decoded, state = restored
@@ -270,7 +274,9 @@ class ViewStorage(abc.ABC):
 
     def _write_index_snapshot(
         self, key: str, files: FileIndexFiles, rebuild: bool
-    ) -> SnapshotStatus:
+    ) -> SnapshotStatus | None:
+        """An index snapshot (None: the session is sealed, erased or redacted; those keep
+        format-2 snapshots, whose messages carry what the fold withheld)."""
         restored = None if rebuild else self._restore(key, None)
         if restored is not None and isinstance(restored[0], IndexMeta):
             base = restored[0]
@@ -297,6 +303,8 @@ class ViewStorage(abc.ABC):
             meta = None
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
+        if _private(state) or header.sealing:
+            return None
         try:
             blob = write_index(
                 files,
@@ -382,7 +390,7 @@ class ViewStorage(abc.ABC):
         key = writer.key
         files = self._index_files(key)
         source = writer.state.messages.source
-        if files is None or not isinstance(source, FileMessages):
+        if files is None or not isinstance(source, FileMessages) or _private(writer.state):
             return False
         meta = self._read_snapshot(key)
         if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (
@@ -402,3 +410,9 @@ class ViewStorage(abc.ABC):
         self.put_snapshot(key, blob)
         self._snapshot_seqs()[key] = writer.state.seq
         return True
+
+
+def _private(state: SessionState) -> bool:
+    """Whether a session's state withholds content (sealed, erased, redacted): its snapshots
+    keep the messages as the fold left them (format 2), not as offsets into the log."""
+    return state.sealed or bool(state.erased_upto) or bool(state.redacted)

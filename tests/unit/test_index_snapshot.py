@@ -14,6 +14,7 @@ from sessionledger import projections, replay
 from sessionledger.eventlog import (
     CorruptLogError,
     FileStore,
+    LocalKeyFile,
     UnsafePathError,
     _fileindex,
     _filestore,
@@ -287,3 +288,26 @@ def test_a_closing_writer_indexes_from_what_it_holds(
     after = (index.read_bytes(), index.with_suffix(".ids").read_bytes(), fresh.snapshot_bytes(KEY))
     assert before == after
     assert fresh.session(KEY).append_message("user", "again", id="the-last") == 1001
+
+
+def test_sealed_sessions_keep_format_2_snapshots(tmp_path: Path) -> None:
+    """Sealed content never sits in an index as offsets to ciphertext: the snapshot keeps it."""
+    store = FileStore(
+        tmp_path / "s",
+        durability="none",
+        key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"),
+    )
+    with store.session(KEY) as w:
+        for i in range(300):
+            w.append_message("user", f"secret {i}")
+    store.redact(KEY, 10)
+    store.write_snapshot(KEY)
+    blob = store.snapshot_bytes(KEY)
+    assert blob is not None and not blob.startswith(b"SLSNAP3")
+    reopened = FileStore(
+        tmp_path / "s",
+        durability="none",
+        key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"),
+    )
+    assert reopened.load(KEY).snapshot_seq > 0
+    assert reopened.load(KEY).state == reopened.load(KEY, snapshot=False).state
