@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -144,7 +145,6 @@ class PostgresStore(BaseStore):
         require_psycopg()
         super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
         self._use_keys(key_provider, key_store)
-        import psycopg_pool
 
         if not schema or len(schema) > 40:
             raise InvalidEventError(f"schema must be 1 to 40 characters, not {schema!r}")
@@ -164,6 +164,18 @@ class PostgresStore(BaseStore):
             conn.close()
             raise translate(exc, self._where, "migrate") from exc
         spare.append(conn)
+        self._pool_size = max(1, pool_size)
+        self._pool = self._new_pool(connection_class)
+        # A forked child must never use its parent's connections (the sockets are shared):
+        # it gets a pool of its own on first use, and leaves the parent's untouched.
+        self._pid = os.getpid()
+        self._parents_pools: list[Any] = []
+
+    def _new_pool(
+        self, connection_class: type[psycopg.Connection[tuple[Any, ...]]]
+    ) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
+        import psycopg_pool
+
         sync_off = self.durability == "none"
 
         def configure(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -171,19 +183,29 @@ class PostgresStore(BaseStore):
                 conn.execute("SET synchronous_commit TO off")
                 conn.commit()
 
-        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = (
-            psycopg_pool.ConnectionPool(
-                dsn,
-                connection_class=connection_class,
-                kwargs=self.target.connect_kwargs(),
-                min_size=1,
-                max_size=max(1, pool_size),
-                open=True,
-                timeout=max(connect_timeout, 1.0) * 2,
-                configure=configure,
-                name=f"sessionlog-{schema}",
-            )
+        return psycopg_pool.ConnectionPool(
+            self.target.dsn,
+            connection_class=connection_class,
+            kwargs=self.target.connect_kwargs(),
+            min_size=1,
+            max_size=self._pool_size,
+            open=True,
+            timeout=max(self.target.connect_timeout, 1.0) * 2,
+            configure=configure,
+            name=f"sessionlog-{self.schema}",
         )
+
+    def _after_fork(self) -> None:
+        """In a forked child: a pool of this process's own (the parent's is kept, unused and
+        unclosed: closing it would end the parent's sessions on the shared sockets)."""
+        import psycopg
+
+        with self._mutex:
+            if self._pid == os.getpid():
+                return
+            self._parents_pools.append(self._pool)
+            self._pool = self._new_pool(psycopg.Connection)
+            self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r}, durability={self.durability!r})"
@@ -193,6 +215,8 @@ class PostgresStore(BaseStore):
     def _getconn(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self._closed:
             raise StoreClosedError("the store is closed")
+        if self._pid != os.getpid():
+            self._after_fork()
         try:
             for _ in range(4):
                 conn = self._pool.getconn()
@@ -641,4 +665,5 @@ class PostgresStore(BaseStore):
         try:
             super().close()
         finally:
-            self._pool.close(timeout=5.0)
+            if self._pid == os.getpid():  # never close a parent's connections from a child
+                self._pool.close(timeout=5.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import socket
 import threading
 import time
@@ -875,3 +876,26 @@ def test_an_older_schema_is_migrated_in_place(make_pg: StoreFactory, dsn: str) -
         ).fetchall()
     assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
     assert again.read_bytes("telegram:42") == pg.read_bytes("telegram:42")
+
+
+def test_a_forked_child_never_uses_its_parents_connections(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg(pool_size=2)
+    w = pg.session("fork:1")
+    w.append_message("user", "parent, before")
+    parent_pid = _pool_pid(pg)
+    pid = os.fork()
+    if pid == 0:  # the child: append through the inherited store and writer, then leave
+        code = 1
+        try:
+            w.append_message("user", "child")
+            code = 0 if _pool_pid(pg) != parent_pid else 2
+            pg.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    # The parent's pooled connection was neither used nor closed by the child: it still works.
+    assert not _backend_gone(dsn, parent_pid)
+    assert w.append_message("user", "parent, after") == 3  # caught up with the child's event
+    contents = [e.message["content"] for e in make_pg().load("fork:1").events]  # type: ignore[union-attr]
+    assert contents == ["parent, before", "child", "parent, after"]
