@@ -164,6 +164,7 @@ class PostgresStore(BaseStore):
             conn.close()
             raise translate(exc, self._where, "migrate") from exc
         spare.append(conn)
+        self._spare = spare  # closed by close() if the pool never took it
         self._pool_size = max(1, pool_size)
         self._pool = self._new_pool(connection_class)
         # A forked child must never use its parent's connections (the sockets are shared):
@@ -667,3 +668,6 @@ class PostgresStore(BaseStore):
         finally:
             if self._pid == os.getpid():  # never close a parent's connections from a child
                 self._pool.close(timeout=5.0)
+                while self._spare:
+                    with contextlib.suppress(Exception):
+                        self._spare.pop().close()

@@ -899,3 +899,11 @@ def test_a_forked_child_never_uses_its_parents_connections(make_pg: StoreFactory
     assert w.append_message("user", "parent, after") == 3  # caught up with the child's event
     contents = [e.message["content"] for e in make_pg().load("fork:1").events]  # type: ignore[union-attr]
     assert contents == ["parent, before", "child", "parent, after"]
+
+
+def test_a_store_closed_at_once_leaves_no_connection_open(dsn: str, schema: str) -> None:
+    import gc
+
+    for _ in range(5):  # closed before its pool took the first connection
+        PostgresStore(dsn, schema=schema).close()
+    gc.collect()  # an open connection dropped here fails the test (ResourceWarning)
