@@ -104,3 +104,23 @@ def test_erase_redact_and_shared_writers(
         make_pg().load("telegram:42")
     with pytest.raises(InvalidEventError, match="key_store"):
         make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"))
+
+
+@pytest.mark.anyio
+async def test_async_postgres_seals_and_erases(dsn: str, schema: str, tmp_path: Path) -> None:
+    from sessionledger.eventlog import AsyncPostgresStore
+
+    keys = FileKeyStore(tmp_path / "keys")
+    store = AsyncPostgresStore(
+        dsn, schema=schema, key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys
+    )
+    try:
+        s = await store.session("k")
+        await s.append_message("user", SECRETS[0])
+        await s.append_message("user", "kept")
+        assert await store.redact("k", 1) > 0
+        state = await store.state("k")
+        assert [m.message.get("content") for m in state.messages] == [None, "kept"]
+        assert SECRETS[0].encode() not in _all_table_bytes(dsn, schema)
+    finally:
+        await store.close()
