@@ -82,15 +82,15 @@ def ensure_session(n: int, cache: Path = CACHE) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     (root / "log").mkdir(parents=True)
     store = FileStore(root / "log", durability="none")
-    writer = store.session(KEY)
     sqlite = _sqlite_session(root)
     loop = asyncio.new_event_loop()
     try:
         for chunk in _chunks(n):
-            for m in chunk:
-                writer.append_message_dict(m)
+            # A writer per chunk: each close extends the snapshot, so memory stays flat.
+            with store.session(KEY) as writer:
+                for m in chunk:
+                    writer.append_message_dict(m)
             loop.run_until_complete(sqlite.add_items([_sdk_item(m) for m in chunk]))
-        writer.close()
         store.write_snapshot(KEY)
         store.close()
         sqlite.close()
