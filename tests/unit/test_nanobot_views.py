@@ -177,3 +177,34 @@ def test_views_off_keeps_only_the_logs(workspace: Path) -> None:
         save_turns(manager, "k", 1, title="<think>a</think>T")
         assert not manager._get_session_path("k").exists()
         assert manager.list_sessions()[0]["title"] == "T"
+
+
+def test_a_view_emptied_by_a_crash_is_rebuilt(workspace: Path) -> None:
+    with SessionManager(workspace) as manager:
+        save_turns(manager, "k", 2)
+        path = manager._get_session_path("k")
+    path.write_bytes(b"")
+    with SessionManager(workspace) as manager:
+        assert [r["preview"] for r in manager.list_sessions()] == ["q0"]
+        assert len(path.read_text().splitlines()) == 5
+
+
+def test_a_foreign_file_at_a_view_path_is_left_alone(workspace: Path) -> None:
+    with SessionManager(workspace) as manager:
+        manager.list_sessions()  # the import has run: this file comes later
+        path = manager._get_session_path("k")
+        path.write_text("not json\n")
+        save_turns(manager, "k", 1)
+        assert path.read_text() == "not json\n"
+        assert [r["key"] for r in manager.list_sessions()] == ["k"]  # from the catalog
+    with SessionManager(workspace) as manager:  # imported? no: skipped, so still not ours
+        manager.list_sessions()
+        assert path.read_text() == "not json\n"
+
+
+def test_an_empty_nanobot_file_loads_as_an_empty_session(workspace: Path) -> None:
+    (workspace / "sessions").mkdir(parents=True)
+    (workspace / "sessions" / "test_empty.jsonl").write_text("")
+    with SessionManager(workspace) as manager:
+        session = manager._load("test:empty")
+        assert session is not None and session.messages == []

@@ -56,6 +56,22 @@ class Ledger:
                 files.add(record["file"])
         return files, deleted
 
+    def imported(self) -> set[str]:
+        """The file names whose sessions were imported (not those skipped)."""
+        names: set[str] = set()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return names
+        for line in data.splitlines():
+            try:
+                record = msgspec.json.decode(line, type=dict[str, Any])
+            except msgspec.DecodeError:
+                continue
+            if record.get("event") == "imported" and isinstance(record.get("file"), str):
+                names.add(record["file"])
+        return names
+
     def record(self, record: dict[str, Any]) -> None:
         """Append one record (with the time)."""
         line = msgspec.json.encode({"at": datetime.now(UTC).isoformat(), **record}) + b"\n"

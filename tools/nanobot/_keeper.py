@@ -45,12 +45,16 @@ class ViewKeeper:
         """Whether this manager may write ``key``'s view at ``path``."""
         head = _views.read_header(path)
         if head is None:
-            return not path.exists() or (
-                path.is_file() and not path.is_symlink() and (path.name in self.ledger.read()[0])
-            )
+            if not path.exists():
+                return True
+            if path.is_symlink() or not path.is_file():
+                return False
+            # An empty file is a view cut short by a crash; a nanobot file already imported is
+            # replaced by its view. Anything else unreadable is not ours to overwrite.
+            return path.stat().st_size == 0 or path.name in self.ledger.imported()
         owner = head.get("key")
         if owner == key:
-            return _views.mark_of(head) is not None or path.name in self.ledger.read()[0]
+            return _views.mark_of(head) is not None or path.name in self.ledger.imported()
         if _views.mark_of(head) is None:
             return False  # a nanobot file of another key
         return not (isinstance(owner, str) and self.store.exists(owner))

@@ -305,8 +305,12 @@ class SessionManager:
     # -- internals -------------------------------------------------------------------------------
 
     def _load(self, key: str) -> Session | None:
+        self._ensure_imported()
         if not self.store.exists(key) and not self._migrate_legacy(key):
-            return None
+            # nanobot loads an empty file as an empty session; there is nothing to import.
+            path = self._get_session_path(key)
+            empty = path.is_file() and not path.is_symlink() and path.stat().st_size == 0
+            return Session(key=key) if empty else None
         try:
             writer = self.store.open(key)
         except CorruptLogError as exc:

@@ -118,6 +118,17 @@ def regressions(theirs: Outcomes, ours: Outcomes) -> list[str]:
     )
 
 
+def node_id(source: Path, test_id: str) -> str | None:
+    """The pytest node id of a JUnit ``classname::name`` test id under ``source``."""
+    classname, _, name = test_id.partition("::")
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if (source / path).is_file():
+            return "::".join([path, *parts[cut:], name])
+    return None
+
+
 def has_module(python: str, module: str) -> bool:
     """Whether ``python`` can import ``module``."""
     probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
