@@ -238,3 +238,26 @@ async def test_validation_before_pop_withdraws_nothing_when_it_raises() -> None:
         await session._pop_item_with_validation(reject)
     assert await session.get_items() == items(2)
     assert await session._pop_item_with_validation(lambda item: None) == items(2)[1]
+
+
+async def test_a_cancelled_write_settles_before_the_cancellation_is_raised() -> None:
+    import asyncio
+    import threading
+
+    session = EventLogSession("chat", MemoryStore())
+    await session.add_items(items(2))
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_check(item: Any) -> None:
+        entered.set()
+        assert release.wait(timeout=10)
+
+    pop = asyncio.ensure_future(session._pop_item_with_validation(slow_check))
+    assert await asyncio.to_thread(entered.wait, 5)
+    pop.cancel()
+    await asyncio.sleep(0)
+    assert not pop.done()  # the pop is under way: it is not abandoned half-done
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await pop
+    assert await session.get_items() == items(1)  # it finished, then the cancellation came

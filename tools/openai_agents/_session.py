@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import anyio
 import anyio.to_thread
 import msgspec
+import sniffio
 
 from sessionledger.eventlog import (
     AsyncBaseStore,
@@ -140,14 +141,14 @@ class EventLogSession:
             for message in messages:
                 writer.append_message_dict(message)
 
-        await self._run(add)
+        await self._run(add, settle=True)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Withdraw the newest item (a ``retracted`` event) and return it; None when empty."""
         self._check_open()
         if self._async:
             return await self._apop()
-        return await self._run(self._pop)
+        return await self._run(self._pop, settle=True)
 
     async def _pop_item_with_validation(
         self, validate: Callable[[Any], None] | None = None
@@ -158,7 +159,7 @@ class EventLogSession:
         self._check_open()
         if self._async:
             return await self._apop(validate)
-        return await anyio.to_thread.run_sync(lambda: self._pop(validate))
+        return await _settled(lambda: self._pop(validate))
 
     async def clear_session(self) -> None:
         """Drop every item (a ``cleared`` event)."""
@@ -174,7 +175,7 @@ class EventLogSession:
             if writer is not None:
                 writer.clear()
 
-        await self._run(clear)
+        await self._run(clear, settle=True)
 
     # -- the hook the SDK's compaction reads (see _compaction) ---------------------------------
 
@@ -217,9 +218,9 @@ class EventLogSession:
         if self._closed:
             raise SessionClosedError(f"{type(self).__name__} is closed")
 
-    async def _run(self, fn: Callable[[], _T]) -> _T:
+    async def _run(self, fn: Callable[[], _T], *, settle: bool = False) -> _T:
         if self._offload:
-            return await anyio.to_thread.run_sync(fn)
+            return await (_settled(fn) if settle else anyio.to_thread.run_sync(fn))
         return fn()
 
     def _async_lock(self) -> anyio.Lock:
@@ -296,7 +297,33 @@ class EventLogSession:
         if self._async:
             async with self._async_lock():
                 return await cast(Callable[[], Awaitable[_T]], fn)()
-        return await self._run(cast(Callable[[], _T], fn))
+        return await self._run(cast(Callable[[], _T], fn), settle=True)
+
+
+async def _settled(fn: Callable[[], _T]) -> _T:
+    """Run ``fn`` in a worker thread and wait for its outcome even when cancelled meanwhile.
+
+    A write the caller cancels still finishes (or fails) before the cancellation is raised, so
+    the caller never goes on while the log may still change (the SDK's own sessions do the
+    same). Under trio a shielded scope does it; asyncio's ``Task.cancel`` needs the loop below.
+    """
+    if sniffio.current_async_library() != "asyncio":
+        with anyio.CancelScope(shield=True):
+            return await anyio.to_thread.run_sync(fn)
+    import asyncio
+
+    task = asyncio.ensure_future(anyio.to_thread.run_sync(fn))
+    cancelled: BaseException | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller gets
+        raise cancelled
+    return task.result()
 
 
 def _checked(key: str, items: list[Any]) -> list[dict[str, Any]]:
