@@ -80,7 +80,13 @@ class ViewKeeper:
         )
         view = binding.view
         try:
-            fits = view is not None and view.seq == seq_before and appended is not None
+            live = len(binding.writer.state.messages)
+            fits = (
+                view is not None
+                and appended is not None
+                and view.seq == seq_before
+                and view.count + len(appended) == live  # no other writer's messages between
+            )
             if fits and _views.append(view, head, appended or []):
                 return
             path = self.path(session.key)

@@ -46,6 +46,8 @@ class View:
     width: int
     #: The log seq the view shows.
     seq: int
+    #: Message lines in the view.
+    count: int = 0
 
 
 def header(
@@ -102,7 +104,7 @@ def rewrite(path: Path, head: bytes, messages: list[dict[str, Any]]) -> View:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return View(path, width, _seq_of(head))
+    return View(path, width, _seq_of(head), len(messages))
 
 
 def append(view: View, head: bytes, messages: list[dict[str, Any]]) -> bool:
@@ -118,6 +120,7 @@ def append(view: View, head: bytes, messages: list[dict[str, Any]]) -> bool:
     finally:
         os.close(fd)
     view.seq = _seq_of(head)
+    view.count += len(messages)
     return True
 
 

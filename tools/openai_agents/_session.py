@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import anyio
 import anyio.to_thread
 import msgspec
-import sniffio
 
 from sessionledger.eventlog import (
     AsyncBaseStore,
@@ -307,11 +306,13 @@ async def _settled(fn: Callable[[], _T]) -> _T:
     the caller never goes on while the log may still change (the SDK's own sessions do the
     same). Under trio a shielded scope does it; asyncio's ``Task.cancel`` needs the loop below.
     """
-    if sniffio.current_async_library() != "asyncio":
-        with anyio.CancelScope(shield=True):
-            return await anyio.to_thread.run_sync(fn)
     import asyncio
 
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): its cancellation goes through scopes
+        with anyio.CancelScope(shield=True):
+            return await anyio.to_thread.run_sync(fn)
     task = asyncio.ensure_future(anyio.to_thread.run_sync(fn))
     cancelled: BaseException | None = None
     while not task.done():
