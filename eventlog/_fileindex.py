@@ -18,7 +18,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -26,22 +25,24 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from ._errors import UnsafePathError
+from ._safeio import remove, storage_error
 
 INDEX_SUFFIX: Final = ".index"
 IDS_SUFFIX: Final = ".ids"
 IndexName = Literal["index", "ids"]
 
-_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+# O_NONBLOCK: a FIFO planted at a record path must not hang the open (regular files ignore it).
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 def _pread(path: str, offset: int, length: int) -> bytes:
     try:
         fd = os.open(path, _READ_FLAGS)
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
             return b""
-        raise
+        raise storage_error(path, "open", exc) from exc
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b""
@@ -54,6 +55,8 @@ def _pread(path: str, offset: int, length: int) -> bytes:
             offset += len(chunk)
             length -= len(chunk)
         return b"".join(chunks)
+    except OSError as exc:
+        raise storage_error(path, "read", exc) from exc
     finally:
         os.close(fd)
 
@@ -95,7 +98,9 @@ class FileIndexFiles:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsafePathError(path, "it is a symlink") from exc
-            raise
+            if exc.errno == errno.ENXIO:
+                raise UnsafePathError(path, "not a regular file") from exc
+            raise storage_error(path, "open", exc) from exc
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise UnsafePathError(path, "not a regular file")
@@ -104,6 +109,8 @@ class FileIndexFiles:
                 written = os.pwrite(fd, view, offset)
                 view = view[written:]
                 offset += written
+        except OSError as exc:
+            raise storage_error(path, "write", exc) from exc
         finally:
             os.close(fd)
 
@@ -111,5 +118,4 @@ class FileIndexFiles:
         """Remove both record files (derived: nothing is lost)."""
         names: tuple[IndexName, ...] = ("index", "ids")
         for name in names:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path(name))
+            remove(self.path(name))

@@ -116,11 +116,14 @@ def test_at_a_log_path(tmp_path: Path, kind: str, sockets: list[socket.socket]) 
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("where", ["snapshot", "quarantine", "catalog"])
+@pytest.mark.parametrize("where", ["snapshot", "quarantine", "catalog", "index", "ids"])
 def test_at_a_view_or_side_path(
     tmp_path: Path, kind: str, where: str, sockets: list[socket.socket]
 ) -> None:
     store = make_store(tmp_path)
+    if where in ("index", "ids"):
+        projections.write_snapshot(store, "good")  # so that opening reads the record files
+        assert store.path_for("good").with_suffix(f".{where}").exists()
     # A torn tail makes opening write to the quarantine.
     with open(store.path_for("good"), "ab") as f:
         f.write(b'{"type":"mess')
@@ -128,6 +131,9 @@ def test_at_a_view_or_side_path(
         "snapshot": store.snapshot_path("good"),
         "quarantine": store.quarantine_path("good"),
         "catalog": tmp_path / ".catalog",
+        # The index snapshot's record files beside the log.
+        "index": store.path_for("good").with_suffix(".index"),
+        "ids": store.path_for("good").with_suffix(".ids"),
     }[where]
     plant(path, kind, sockets)
     for op in [
