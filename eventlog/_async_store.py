@@ -1,44 +1,91 @@
 """The async stores: ``AsyncFileStore`` and ``AsyncMemoryStore``, twins of the sync stores.
 
 An async store wraps a private sync store of the same backend and reuses its logic unchanged
-(opening, checking and folding a log, cutting a torn tail, reading, listing, deleting); only the
-writers differ (:class:`AsyncSessionWriter`). Blocking work that is not per append (opening a
-session, waiting for another process's lock, reading a whole log, listing, deleting) runs in a
-worker thread for the file store; the memory store runs it inline.
+(opening, checking and folding a log, cutting a torn tail, reading, listing, deleting,
+lifecycle, the trash, snapshots); only the writers differ (:class:`AsyncSessionWriter`).
+Blocking work that is not per append runs in a worker thread for the file store; the memory
+store runs it inline. Every public method of the sync store has its twin here: an ``async``
+method of the same name for anything that does I/O, the same plain attribute otherwise.
 
 Invariants:
-- One writer per key per store: concurrent ``session(key)`` calls return the same writer
-  (opens are serialised by one lock per store).
-- ``close()`` (and ``async with store:``) closes every writer, each syncing what is pending,
+- One log per key per store (concurrent ``session(key)`` calls share it; opens are serialised
+  by one lock per store); each call returns its own writer handle. The sync store underneath
+  writes through its own logs (lifecycle operations do): both are writers of one log, each
+  folding in the other's events on its next write.
+- ``close()`` (and ``async with store:``) closes every log, each syncing what is pending,
   shielded from cancellation; later calls raise :class:`StoreClosedError`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 
-from ._async_writer import AsyncSessionWriter
+from ._async_writer import AsyncSessionLog, AsyncSessionWriter
+from ._changes import ChangeView
 from ._errors import StoreClosedError
 from ._events import Event
-from ._filestore import FileStore
+from ._filestore import DEFAULT_MAX_OPEN_FILES, FileStore
 from ._fold import SessionState
 from ._keystore import KeyProvider, KeyStore
+from ._lifecycle import CleanupReport, EndHook, TrashEntry
 from ._memstore import MemoryStore
 from ._names import check_key
 from ._store import BaseStore
-from ._store_types import LoadedLog, OpenReport
+from ._store_types import CutReport, LoadedLog, OpenReport
 from ._tokens import TokenCounter
 from ._values import encode_checked
+from ._views import LogStat, SnapshotStatus
 from ._writer import Durability
 
 _T = TypeVar("_T")
+_W = TypeVar("_W", bound=AsyncSessionWriter, covariant=True)
+
+
+class WriterOpening(Generic[_W]):
+    """What ``store.session(key)`` returns: await it for a writer, or ``async with`` it.
+
+    ``async with store.session(key) as w:`` closes the writer (syncing what is pending) when the
+    block ends; the session's log stays open for the store's other writers.
+    """
+
+    def __init__(self, opener: Callable[[], Awaitable[_W]]) -> None:
+        self._opener = opener
+        self._writer: _W | None = None
+
+    def __await__(self) -> Generator[Any, None, _W]:
+        return self._opener().__await__()
+
+    async def __aenter__(self) -> _W:
+        self._writer = await self._opener()
+        return self._writer
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._writer is not None:
+            await self._writer.close()
 
 
 class _EventStream:
@@ -67,7 +114,7 @@ class AsyncBaseStore:
     def __init__(self, sync: BaseStore, *, offload: bool) -> None:
         self._sync = sync
         self._offload = offload
-        self._writers: dict[str, AsyncSessionWriter] = {}
+        self._logs: dict[str, AsyncSessionLog] = {}
         self._reports: dict[str, OpenReport] = {}
         self._opening: anyio.Lock | None = None
         self._closed = False
@@ -87,6 +134,21 @@ class AsyncBaseStore:
         """The secret the chain is keyed with (empty: unkeyed)."""
         return self._sync.hash_key
 
+    @property
+    def token_counter(self) -> TokenCounter:
+        """Counts a message's tokens at write time."""
+        return self._sync.token_counter
+
+    @property
+    def snapshot_every(self) -> int:
+        """Events past the last snapshot that make a closing writer write a new one."""
+        return self._sync.snapshot_every
+
+    @property
+    def trash_ttl(self) -> timedelta:
+        """How long a trashed session stays restorable."""
+        return self._sync.trash_ttl
+
     async def _run(self, func: Callable[[], _T]) -> _T:
         if self._offload:
             return await anyio.to_thread.run_sync(func)
@@ -95,22 +157,27 @@ class AsyncBaseStore:
 
     # -- writers -----------------------------------------------------------------------------
 
-    async def session(
+    def session(
         self, key: str, *, metadata: Mapping[str, Any] | None = None
-    ) -> AsyncSessionWriter:
-        """Return this store's writer for ``key``, creating the session on first use.
+    ) -> WriterOpening[AsyncSessionWriter]:
+        """A writer for ``key``, creating the session on first use: await it or ``async with``.
 
-        Waits up to the store's ``lock_timeout`` for another process's writer lock, then raises
-        :class:`LockedError`.
+        Each call gives a new writer over the store's one log of the session (see
+        :meth:`BaseStore.session`); other stores and processes may write it at the same time.
         """
         key = check_key(key)
         if metadata:
             encode_checked(metadata, "metadata")
-        return await self._session(key, create=True, metadata=metadata)
+        return WriterOpening(partial(self._session, key, create=True, metadata=metadata))
 
-    async def open(self, key: str) -> AsyncSessionWriter:
-        """Like :meth:`session`, but raise :class:`SessionNotFoundError` for a new key."""
-        return await self._session(check_key(key), create=False, metadata=None)
+    def open(self, key: str) -> WriterOpening[AsyncSessionWriter]:
+        """A writer for an existing session: :meth:`session` that never creates one.
+
+        Raises :class:`SessionNotFoundError` for a new key. To read, use :meth:`load` or
+        :meth:`state` (they never lock).
+        """
+        key = check_key(key)
+        return WriterOpening(partial(self._session, key, create=False, metadata=None))
 
     def open_report(self, key: str) -> OpenReport | None:
         """What opening ``key`` found in this store (torn tail, quarantine), if opened."""
@@ -124,11 +191,7 @@ class AsyncBaseStore:
         async with self._opening:
             if self._closed:
                 raise StoreClosedError("the store is closed")
-            writer = self._writers.get(key)
-            if writer is not None and not writer.closed:
-                return writer
             writer, report = await self._make_writer(key, create=create, metadata=metadata)
-            self._writers[key] = writer
             if report is not None:
                 self._reports[key] = report
             return writer
@@ -136,26 +199,42 @@ class AsyncBaseStore:
     async def _make_writer(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
     ) -> tuple[AsyncSessionWriter, OpenReport | None]:
-        """Open ``key`` (under the store's opening lock) and wrap it in an async writer."""
-        opener = partial(self._sync._open_checked, key, create=create, metadata=metadata)
-        raw, state, report = await self._run(opener)
-        writer = AsyncSessionWriter(
-            key=key,
-            io=raw.io,
-            state=state,
-            durability=self._sync.durability,
-            hash_key=self._sync.hash_key,
-            token_counter=self._sync.token_counter,
-            batch_window=self._sync.batch_window,
-            sync_in_thread=self._offload,
-            on_close=self._forget,
-        )
-        self._sync._arm_writer(writer)
-        return writer, report
+        """A new writer over ``key``'s log, opened (under the store's opening lock) if needed."""
+        log = self._logs.get(key)
+        report = None
+        if log is not None and log.poisoned:  # reopen from what is really on disk
+            log.abandon()
+            log = None
+        if log is None or log.closed:
+            sync = self._sync
+
+            def opener() -> tuple[Any, SessionState, OpenReport]:
+                raw, state, found = sync._open_checked(key, create=create, metadata=metadata)
+                try:
+                    sync._release(raw.io)
+                except BaseException:
+                    raw.io.close()
+                    raise
+                return raw, state, found
+
+            raw, state, report = await self._run(opener)
+            log = AsyncSessionLog(
+                key=key,
+                io=raw.io,
+                state=state,
+                durability=sync.durability,
+                hash_key=sync.hash_key,
+                token_counter=sync.token_counter,
+                batch_window=sync.batch_window,
+                sync_in_thread=self._offload,
+            )
+            writer = AsyncSessionWriter(log, on_close=self._forget)
+            await self._run(partial(sync._arm_writer, writer))  # an encrypted store's sealer
+            self._logs[key] = log
+            return writer, report
+        return AsyncSessionWriter(log, on_close=self._forget), report
 
     async def _forget(self, writer: AsyncSessionWriter) -> None:
-        if self._writers.get(writer.key) is writer:
-            del self._writers[writer.key]
         # The sync store's snapshot policy (a snapshot once enough events were written); it
         # reads only the writer's key and state, and writes nothing when there is no policy.
         snapshot_on_close = getattr(self._sync, "_snapshot_on_close", None)
@@ -164,15 +243,18 @@ class AsyncBaseStore:
 
     # -- reading -----------------------------------------------------------------------------
 
-    async def load(self, key: str, *, prefix: bool = False) -> LoadedLog:
-        """Read and fold a session without its writer lock (see :meth:`BaseStore.load`)."""
-        return await self._run(partial(self._sync.load, key, prefix=prefix))
+    async def load(self, key: str, *, prefix: bool = False, snapshot: bool = True) -> LoadedLog:
+        """Read and fold a session without locking it (see :meth:`BaseStore.load`)."""
+        return await self._run(partial(self._sync.load, key, prefix=prefix, snapshot=snapshot))
 
     async def state(self, key: str) -> SessionState:
-        """The current folded state of ``key`` (from this store's writer when one is open)."""
-        writer = self._writers.get(key)
-        if writer is not None and not writer.closed:
-            return writer.state
+        """The current folded state of ``key``, with what every writer has appended (no lock)."""
+        key = check_key(key)
+        log = self._logs.get(key)
+        if log is not None and not log.closed:
+            io: Any = log.io
+            if hasattr(io, "observe") and self._sync._catch_up(key, io, log.state, locked=False):
+                return log.state
         return (await self.load(key)).state
 
     def events(self, key: str) -> AsyncIterator[Event]:
@@ -183,6 +265,10 @@ class AsyncBaseStore:
         """Return a session's log bytes exactly as stored."""
         return await self._run(partial(self._sync.read_bytes, key))
 
+    async def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
+        """The log's length and its bytes from ``offset`` on (for followers)."""
+        return await self._run(partial(self._sync.read_tail, key, offset))
+
     async def keys(self) -> list[str]:
         """Every session key in the store, sorted."""
         return await self._run(self._sync.keys)
@@ -191,15 +277,156 @@ class AsyncBaseStore:
         """Whether a session with ``key`` exists."""
         return await self._run(partial(self._sync.exists, key))
 
+    async def writer_lock_held(self, key: str) -> bool:
+        """Whether another writer is writing ``key`` at this moment."""
+        return await self._run(partial(self._sync.writer_lock_held, key))
+
+    # -- lifecycle (run by the sync store; this store's writers fold its events in) ----------
+
+    def on_end(self, hook: EndHook) -> EndHook:
+        """Register ``hook(final_state, reason)``, called once whenever a session ends.
+
+        Hooks run where the ending runs: in a worker thread for the file store.
+        """
+        return self._sync.on_end(hook)
+
+    def remove_end_hook(self, hook: EndHook) -> None:
+        """Unregister a hook added with :meth:`on_end`."""
+        self._sync.remove_end_hook(hook)
+
+    async def archive(self, key: str) -> bool:
+        """End ``key`` as archived; False if it already was (see :meth:`BaseStore.archive`)."""
+        return await self._run(partial(self._sync.archive, key))
+
+    async def reset(
+        self, key: str, *, keep_metadata: Iterable[str] = (), keep_system: bool = True
+    ) -> int:
+        """Clear ``key``'s messages but its system prompt (see :meth:`BaseStore.reset`)."""
+        call = partial(self._sync.reset, key, keep_metadata=keep_metadata, keep_system=keep_system)
+        return await self._run(call)
+
+    async def new_session(self, key: str) -> int:
+        """``/new``: end the current conversation and start a fresh one; return its seq."""
+        return await self._run(partial(self._sync.new_session, key))
+
+    async def resume(
+        self, key: str, start_seq: int, *, by: str | None = None, id: str | None = None
+    ) -> int:
+        """Make an ended conversation of ``key`` current again (see :meth:`BaseStore.resume`)."""
+        return await self._run(partial(self._sync.resume, key, start_seq, by=by, id=id))
+
+    async def mark_idle(
+        self, older_than: timedelta | float, *, now: datetime | None = None
+    ) -> list[str]:
+        """Set ``idle`` on active sessions with no event for ``older_than``; return their keys."""
+        return await self._run(partial(self._sync.mark_idle, older_than, now=now))
+
+    async def latest_session(self, prefix: str) -> str | None:
+        """The key starting with ``prefix`` whose last event is newest (None if none)."""
+        return await self._run(partial(self._sync.latest_session, prefix))
+
+    async def cleanup(
+        self,
+        older_than: timedelta | float,
+        *,
+        state: str | None = None,
+        now: datetime | None = None,
+    ) -> CleanupReport:
+        """Move sessions idle for longer than ``older_than`` to the trash; purge expired trash."""
+        call = partial(self._sync.cleanup, older_than, state=state, now=now)
+        report = await self._run(call)
+        for key in report.trashed:
+            await self._drop_log(key)
+        return report
+
+    async def trash(self) -> list[TrashEntry]:
+        """Sessions in the trash, oldest first."""
+        return await self._run(self._sync.trash)
+
+    async def restore(self, entry: TrashEntry | str) -> str:
+        """Bring a trashed session back (by entry or id); return its key."""
+        return await self._run(partial(self._sync.restore, entry))
+
+    async def purge_trash(self, *, now: datetime | None = None) -> list[TrashEntry]:
+        """Remove for good the trash entries older than ``trash_ttl``; return them."""
+        return await self._run(partial(self._sync.purge_trash, now=now))
+
+    # -- replay support and derived views ------------------------------------------------------
+
+    async def cut(
+        self, key: str, offset: int, *, reason: str, expect_length: int | None = None
+    ) -> CutReport | None:
+        """Move the bytes after ``offset`` into quarantine (see :meth:`BaseStore.cut`)."""
+        call = partial(self._sync.cut, key, offset, reason=reason, expect_length=expect_length)
+        return await self._run(call)
+
+    async def import_bytes(
+        self, key: str, data: bytes, *, rejected: Sequence[tuple[str, int, int, bytes]] = ()
+    ) -> str:
+        """Install a whole, valid log built elsewhere (see :meth:`BaseStore.import_bytes`)."""
+        return await self._run(partial(self._sync.import_bytes, key, data, rejected=rejected))
+
+    async def snapshot_status(self, key: str) -> SnapshotStatus:
+        """Check ``key``'s snapshot against its log."""
+        return await self._run(partial(self._sync.snapshot_status, key))
+
+    async def write_snapshot(self, key: str, *, rebuild: bool = False) -> SnapshotStatus:
+        """Bring ``key``'s snapshot up to the end of its log."""
+        return await self._run(partial(self._sync.write_snapshot, key, rebuild=rebuild))
+
+    async def snapshot_bytes(self, key: str) -> bytes | None:
+        """The stored snapshot of ``key`` (None: none kept)."""
+        return await self._run(partial(self._sync.snapshot_bytes, key))
+
+    async def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Store (or with None, remove) the snapshot of ``key``, atomically."""
+        await self._run(partial(self._sync.put_snapshot, key, data))
+
+    async def catalog_bytes(self) -> bytes | None:
+        """The stored session catalog (None: none kept)."""
+        return await self._run(self._sync.catalog_bytes)
+
+    async def put_catalog(self, data: bytes) -> None:
+        """Store the session catalog, atomically."""
+        await self._run(partial(self._sync.put_catalog, data))
+
+    async def scan_logs(self) -> list[LogStat]:
+        """Every log, as one directory scan sees it."""
+        return await self._run(self._sync.scan_logs)
+
+    async def log_names(self) -> list[str]:
+        """The names :meth:`scan_logs` gives."""
+        return await self._run(self._sync.log_names)
+
+    async def stat_log(self, name: str) -> LogStat | None:
+        """One log as :meth:`scan_logs` would see it."""
+        return await self._run(partial(self._sync.stat_log, name))
+
+    async def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
+        """A log named as :meth:`scan_logs` names it: its length and bytes from ``offset``."""
+        return await self._run(partial(self._sync.read_log, name, offset))
+
+    async def read_changes(self) -> ChangeView | None:
+        """A copy of the store's change table (None: none kept)."""
+        return await self._run(self._sync.read_changes)
+
+    @staticmethod
+    def log_slot(name: str) -> int:
+        """The change-table slot of a log named as :meth:`scan_logs` names it."""
+        return BaseStore.log_slot(name)
+
     # -- removal and shutdown ----------------------------------------------------------------
 
-    async def delete(self, key: str) -> bool:
-        """Remove a session for good (closing this store's writer first); True if it existed."""
-        key = check_key(key)
-        writer = self._writers.pop(key, None)
-        if writer is not None:
-            await writer.close()
+    async def _drop_log(self, key: str) -> None:
+        log = self._logs.pop(key, None)
         self._reports.pop(key, None)
+        if log is not None:
+            await log.close()
+
+    async def delete(self, key: str) -> bool:
+        """Remove a session for good (closing this store's writers first); True if it existed."""
+        key = check_key(key)
+        await self._drop_log(key)
         return await self._run(partial(self._sync.delete, key))
 
     # -- privacy (see the sync store's methods) -----------------------------------------------
@@ -208,9 +435,7 @@ class AsyncBaseStore:
         # The sync store appends the event with its own writer: close ours first, and its own
         # after, so the next async open takes the lock again.
         key = check_key(key)
-        writer = self._writers.pop(key, None)
-        if writer is not None:
-            await writer.close()
+        await self._drop_log(key)
 
         def run() -> _T:
             try:
@@ -239,13 +464,13 @@ class AsyncBaseStore:
     async def close(self) -> None:
         """Sync and close every open writer (graceful shutdown); shielded from cancellation."""
         self._closed = True
-        writers = list(self._writers.values())
-        self._writers.clear()
+        logs = list(self._logs.values())
+        self._logs.clear()
         errors: list[Exception] = []
         with anyio.CancelScope(shield=True):
-            for writer in writers:
+            for log in logs:
                 try:
-                    await writer.close()
+                    await log.close()
                 except Exception as exc:  # close the others, then report the first
                     errors.append(exc)
             try:
@@ -266,7 +491,7 @@ class AsyncFileStore(AsyncBaseStore):
     """Sessions as JSONL files in ``root``: the async twin of :class:`FileStore`.
 
     Takes the same arguments as :class:`FileStore`. Appends write on the event loop; fsyncs,
-    opens and whole-log reads run in worker threads.
+    opens, waits for a busy lock and whole-log reads run in worker threads.
     """
 
     def __init__(
@@ -276,10 +501,11 @@ class AsyncFileStore(AsyncBaseStore):
         durability: Durability | str = "batch",
         hash_key: bytes | str | None = None,
         token_counter: TokenCounter | None = None,
-        lock_timeout: float = 0.0,
+        lock_timeout: float = 10.0,
         batch_window: float = 0.0,
         key_provider: KeyProvider | None = None,
         key_store: KeyStore | None = None,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     ) -> None:
         self._files = FileStore(
             root,
@@ -290,6 +516,7 @@ class AsyncFileStore(AsyncBaseStore):
             batch_window=batch_window,
             key_provider=key_provider,
             key_store=key_store,
+            max_open_files=max_open_files,
         )
         super().__init__(self._files, offload=True)
 
@@ -301,9 +528,30 @@ class AsyncFileStore(AsyncBaseStore):
         """The store's directory."""
         return self._files.root
 
+    @property
+    def max_open_files(self) -> int:
+        """Most log descriptors this store keeps open for its writers."""
+        return self._files.max_open_files
+
+    def open_files(self) -> int:
+        """Log descriptors open for writers right now."""
+        return self._files.open_files()
+
     def path_for(self, key: str) -> Path:
         """The log file of ``key`` (it may not exist yet)."""
         return self._files.path_for(key)
+
+    def quarantine_path(self, key: str) -> Path:
+        """Where bytes cut from ``key``'s log are kept."""
+        return self._files.quarantine_path(key)
+
+    def snapshot_path(self, key: str) -> Path:
+        """Where ``key``'s snapshot is kept."""
+        return self._files.snapshot_path(key)
+
+    async def session_file_metadata(self, key: str) -> Mapping[str, Any]:
+        """Size and modification time of ``key``'s log."""
+        return await self._run(partial(self._files.session_file_metadata, key))
 
 
 class AsyncMemoryStore(AsyncBaseStore):
@@ -330,6 +578,18 @@ class AsyncMemoryStore(AsyncBaseStore):
     def __repr__(self) -> str:
         return f"AsyncMemoryStore({len(self._memory.keys())} sessions)"
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    @property
+    def quarantined(self) -> dict[str, list[tuple[str, int, int, bytes]]]:
+        """Bytes cut from logs, per key: (reason, line, offset, data)."""
+        return self._memory.quarantined
+
+    def peer(self) -> AsyncMemoryStore:
+        """Another async store over the same sessions (like a second process)."""
+        other = AsyncMemoryStore(durability=self.durability, hash_key=self.hash_key)
+        other._memory = self._memory.peer()
+        other._sync = other._memory
+        return other
+
+    async def put_bytes(self, key: str, data: bytes) -> None:
         """Replace a session's raw bytes (for tests and imports that build logs by hand)."""
-        self._memory.put_bytes(key, data)
+        await self._run(partial(self._memory.put_bytes, key, data))

@@ -4,31 +4,39 @@ No thread hop per append: a line is one ``os.write`` to the page cache, made on 
 (a few microseconds); only fsync runs in a worker thread (``anyio.to_thread.run_sync``), once per
 batch of appends. The methods are those of the sync writer: ``await writer.append_message(...)``.
 
+An async store keeps one :class:`AsyncSessionLog` per session it writes; each
+``await store.session(key)`` returns a new :class:`AsyncSessionWriter` handle over it, so tasks
+can each hold (and close) their own writer (``async with await store.session(key) as w:``).
+
 Invariants:
 - An append checks for cancellation once before anything is staged: cancelling it there (or
   before) writes nothing.
-- Staging, writing the line and folding the event run with no await in between, so tasks on one
-  event loop are serialised without a lock and never interleave lines; ``state`` always follows
-  the log, line for line.
+- A shared log (file, memory) is locked for each write: the lock is tried on the loop and, when
+  another process holds it, awaited in a worker thread while this log's other tasks queue
+  behind. Catching up, staging, writing the line and folding the event then run with no await
+  in between, so tasks on one event loop never interleave lines; ``state`` follows the log.
 - Once its line is written, an append is shielded from (anyio) cancellation until the line is
   durable or its fsync failed (``StorageError(durable_unknown=True)``); a cancelled caller then
   sees the cancellation at its next checkpoint, with the line durable.
-- ``"batch"``: at most one fsync in flight per writer; appends arriving meanwhile share the next
+- ``"batch"``: at most one fsync in flight per log; appends arriving meanwhile share the next
   one (``GroupCommit``); ``batch_window`` bounds how long a leader waits for more appends.
-  ``"always"``: every append runs its own fsync after its line is written. ``"none"``: no fsync.
-- A failed fsync poisons the writer (see ``_commit``); unlike the sync writer in ``"always"``
-  mode, the line is not cut back, because the state already folded it.
-- ``close`` refuses new appends at once, waits for fsyncs in flight, syncs what is pending
-  (shielded), and only then closes the descriptor.
+  ``"always"``: every append runs its own fsync after its line is written (outside the lock).
+  ``"none"``: no fsync.
+- A failed fsync poisons the log (see ``_commit``); unlike the sync writer in ``"always"``
+  mode, the line is not cut back: the lock is gone, and the state already folded it.
+- A handle's ``close`` syncs what is pending; the log closes with the store: it refuses new
+  appends at once, waits for fsyncs in flight, syncs what is pending (shielded), and only then
+  closes the descriptor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 
 from ._commit import GroupCommit
 from ._errors import StorageError, StoreClosedError
@@ -39,15 +47,21 @@ from ._writeapi import CompactionResult, Draft, WriteAPI, stage
 from ._writer import Durability, SessionIO
 
 
-class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, CompactionResult]]):
-    """Appends events to one session from async code; from ``await store.session(key)``.
+class LockableIO(SessionIO, Protocol):
+    """A shared log the async writer locks itself, one write at a time."""
 
-    Same methods as :class:`SessionWriter`; each write is awaited and resolves to its seq.
-    Share it between the tasks of one event loop (not between threads: use
-    ``anyio.from_thread.run`` from a worker thread).
-    """
+    def lock(self, blocking: bool) -> bool:
+        """Take the log's lock (False: busy, when not ``blocking``)."""
 
-    _io: SessionIO
+    def catch_up(self, state: SessionState) -> None:
+        """With the lock held: fold into ``state`` what others appended (may reload)."""
+
+    def unlock(self) -> None:
+        """Release the lock."""
+
+
+class AsyncSessionLog:
+    """One session's write state in one async store, shared by its writer handles."""
 
     def __init__(
         self,
@@ -60,123 +74,176 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
         token_counter: TokenCounter,
         batch_window: float = 0.0,
         sync_in_thread: bool = True,
-        on_close: Callable[[AsyncSessionWriter], Awaitable[None]] | None = None,
-        on_append: Callable[[AsyncSessionWriter, KnownEvent], None] | None = None,
     ) -> None:
         self.key = key
-        self._io = io
-        self._state = state
-        self._durability = durability
-        self._hash_key = hash_key
-        self._count_tokens = token_counter
-        self._batch_window = batch_window
-        self._sync_in_thread = sync_in_thread
-        self._on_close = on_close
-        self._on_append = on_append
-        self._closed = False
-        self._commit = GroupCommit(state.seq, durable=durability != "none")
+        self.io = io
+        self.state = state
+        self.durability = durability
+        self.hash_key = hash_key
+        self.token_counter = token_counter
+        self.batch_window = batch_window
+        self.sync_in_thread = sync_in_thread
+        self.closed = False
+        #: Seals an event for its line (an encrypted store arms it; None: written as is).
+        self.seal: Callable[[KnownEvent], KnownEvent] | None = None
+        self.commit = GroupCommit(state.seq, durable=durability != "none")
+        lockable = all(hasattr(io, name) for name in ("lock", "catch_up", "unlock"))
+        self._lockable: LockableIO | None = io if lockable else None  # type: ignore[assignment]
+        # Tasks waiting for the lock (the first waits in a thread, the rest on ``_turn``).
+        self._waiting = 0
+        self._turn: anyio.Lock | None = None
         # Set when the group-commit leader in flight finishes.
         self._leader_done: anyio.Event | None = None
         # fsyncs running in worker threads, and an event set when the count drops to zero.
         self._in_flight = 0
         self._idle: anyio.Event | None = None
 
-    # -- reading -----------------------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        """The seq of the last event this log knows of."""
+        return self.state.seq
 
     @property
-    def durable_seq(self) -> int:
-        """The last seq known durable (-1 when nothing is known, with ``"none"``)."""
-        return self._commit.synced
+    def poisoned(self) -> bool:
+        """An fsync failed: the log takes no more appends; the store opens a fresh one."""
+        return self.commit.failure is not None
 
-    # -- flush and close ---------------------------------------------------------------------
+    def abandon(self) -> None:
+        """Close a poisoned log without syncing (its writers' appends then raise)."""
+        if not self.closed and not self._in_flight:
+            self.closed = True
+            self.io.close()
 
-    async def flush(self) -> None:
-        """Make every line written so far durable (an fsync, whatever the durability mode)."""
-        self._check_open()
-        await self._make_durable(self._commit.written)
-
-    async def close(self) -> None:
-        """Sync what is pending, release the writer lock; later appends raise.
-
-        Shielded from cancellation: the descriptor is closed only after every fsync in flight.
-        """
-        if self._closed:
-            return
-        self._closed = True
-        with anyio.CancelScope(shield=True):
-            try:
-                if self._durability != "none":
-                    await self._make_durable(self._commit.written)
-            finally:
-                await self._wait_idle()
-                self._io.close()
-                if self._on_close is not None:
-                    await self._on_close(self)
-
-    async def __aenter__(self) -> AsyncSessionWriter:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    # -- internals ---------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
+    def check_open(self) -> None:
+        """Raise :class:`StoreClosedError` once the log is closed."""
+        if self.closed:
             raise StoreClosedError(f"the writer for session {self.key!r} is closed")
 
-    async def _then(
-        self, result: Coroutine[Any, Any, int], make: Callable[[int], CompactionResult]
-    ) -> CompactionResult:
-        return make(await result)
-
-    async def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+    async def submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        """Stage, write and fold ``draft`` under the log's lock; wait for durability."""
         # The cancel point before the write: a cancelled append writes nothing. With
         # "none" it also yields (the append has no other await); with durability it does not,
         # so a task woken by a finished fsync writes its next line before a new leader starts.
-        if self._durability == "none":
+        if self.durability == "none":
             await anyio.lowlevel.checkpoint()
         else:
             await anyio.lowlevel.checkpoint_if_cancelled()
-        seq = self._write_now(draft, expected_seq, event_id)
-        if self._durability != "none":
+        seq = await self._write(draft, expected_seq, event_id)
+        if self.durability != "none":
             with anyio.CancelScope(shield=True):
-                if self._durability == "batch":
-                    await self._make_durable(seq)
+                if self.durability == "batch":
+                    await self.make_durable(seq)
                 else:
                     await self._sync_own(seq)
         return seq
 
+    async def refresh(self) -> int:
+        """Fold in what other writers appended (under the lock); return the last seq."""
+        self.check_open()
+        io = self._lockable
+        if io is None:
+            return self.state.seq
+        await self._acquire(io)
+        try:
+            io.catch_up(self.state)
+            self._rebase_if_reloaded()
+        finally:
+            io.unlock()
+        return self.state.seq
+
+    async def _write(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        io = self._lockable
+        if io is None:
+            return self._write_now(draft, expected_seq, event_id)
+        await self._acquire(io)
+        try:
+            io.catch_up(self.state)
+            self._rebase_if_reloaded()
+            return self._write_now(draft, expected_seq, event_id)
+        finally:
+            io.unlock()
+
+    async def _acquire(self, io: LockableIO) -> None:
+        """Hold the log's lock on return, with no await between it and the caller's write."""
+        self.check_open()
+        if not self._waiting and io.lock(False):
+            return
+        if self._turn is None:
+            self._turn = anyio.Lock()
+        self._waiting += 1
+        try:
+            async with self._turn:
+                self.check_open()
+                taken = [False]
+
+                def wait() -> None:
+                    taken[0] = io.lock(True)
+
+                try:
+                    await anyio.to_thread.run_sync(wait)
+                except BaseException:
+                    if taken[0]:
+                        io.unlock()
+                    raise
+        finally:
+            self._waiting -= 1
+
+    def _rebase_if_reloaded(self) -> None:
+        if self.state.seq < self.commit.written:
+            self.commit.rebase(self.state.seq)
+
     def _write_now(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
         """Stage, write and fold one event with no await: the serialisation point."""
-        self._check_open()
-        self._commit.check()
+        self.check_open()
+        self.commit.check()
         staged = stage(
-            self._state,
+            self.state,
             draft,
             key=self.key,
-            hash_key=self._hash_key,
+            hash_key=self.hash_key,
             expected_seq=expected_seq,
             event_id=event_id,
-            seal=self._seal,
+            seal=self.seal,
         )
         if isinstance(staged, int):
             return staged
         event = staged.event
-        self._io.append(staged.line)
-        apply(self._state, event)
-        self._commit.wrote(event.seq)
-        if self._on_append is not None:
-            self._on_append(self, event)
+        self.io.append(staged.line)
+        apply(self.state, event)
+        self.commit.wrote(event.seq)
         return event.seq
 
+    async def flush(self) -> None:
+        """Make every line written so far durable (an fsync, whatever the durability mode)."""
+        self.check_open()
+        await self.make_durable(self.commit.written)
+
+    async def sync_pending(self) -> None:
+        """Make this log's own lines durable (shielded; nothing to do with ``"none"``)."""
+        if self.durability != "none" and self.commit.pending and not self.closed:
+            with anyio.CancelScope(shield=True):
+                await self.make_durable(self.commit.written)
+
+    async def close(self) -> None:
+        """Sync what is pending, then release the I/O; shielded from cancellation."""
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True):
+            try:
+                if self.durability != "none":
+                    await self.make_durable(self.commit.written)
+            finally:
+                await self._wait_idle()
+                self.io.close()
+
     async def _sync(self) -> None:
-        if not self._sync_in_thread:
-            self._io.sync()
+        if not self.sync_in_thread:
+            self.io.sync()
             return
         self._in_flight += 1
         try:
-            await anyio.to_thread.run_sync(self._io.sync)
+            await anyio.to_thread.run_sync(self.io.sync)
         finally:
             self._in_flight -= 1
             if not self._in_flight and self._idle is not None:
@@ -191,20 +258,20 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
 
     async def _sync_own(self, seq: int) -> None:
         """``"always"``: an fsync of this append's own, started after its line was written."""
-        if self._commit.is_durable(seq):
+        if self.commit.is_durable(seq):
             return
-        target = self._commit.written
+        target = self.commit.written
         try:
             await self._sync()
         except StorageError as exc:
-            self._commit.record(target, exc)
-            self._commit.check()
+            self.commit.record(target, exc)
+            self.commit.check()
             raise
-        self._commit.record(target, None)
+        self.commit.record(target, None)
 
-    async def _make_durable(self, seq: int) -> None:
+    async def make_durable(self, seq: int) -> None:
         """Group commit: return once an fsync covering the line of ``seq`` has finished."""
-        commit = self._commit
+        commit = self.commit
         while not commit.is_durable(seq):
             if commit.syncing:
                 assert self._leader_done is not None
@@ -213,15 +280,15 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
             await self._lead()
 
     async def _lead(self) -> None:
-        commit = self._commit
+        commit = self.commit
         commit.begin()
         done = self._leader_done = anyio.Event()
         target = commit.written
         try:
             # Let the tasks that are ready (woken by the last fsync) write their lines first.
             await anyio.lowlevel.cancel_shielded_checkpoint()
-            if self._batch_window > 0:
-                await anyio.sleep(self._batch_window)
+            if self.batch_window > 0:
+                await anyio.sleep(self.batch_window)
             target = commit.written
             await self._sync()
         except StorageError as exc:
@@ -233,3 +300,128 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
             commit.end(target, None)
         finally:
             done.set()
+
+
+class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, CompactionResult]]):
+    """Appends events to one session from async code; from ``await store.session(key)``.
+
+    Same methods as :class:`SessionWriter`; each write is awaited and resolves to its seq.
+    Share it between the tasks of one event loop, or give each task its own (not between
+    threads: use ``anyio.from_thread.run`` from a worker thread).
+    """
+
+    _io: SessionIO
+
+    def __init__(
+        self,
+        log: AsyncSessionLog,
+        *,
+        on_close: Callable[[AsyncSessionWriter], Awaitable[None]] | None = None,
+        owns_log: bool = False,
+    ) -> None:
+        self.key = log.key
+        self._log = log
+        self._io = log.io
+        self._state = log.state
+        self._count_tokens = log.token_counter
+        self._on_close = on_close
+        self._owns_log = owns_log
+        self._closed = False
+
+    @classmethod
+    def standalone(
+        cls,
+        *,
+        key: str,
+        io: SessionIO,
+        state: SessionState,
+        durability: Durability,
+        hash_key: bytes,
+        token_counter: TokenCounter,
+        batch_window: float = 0.0,
+        sync_in_thread: bool = True,
+    ) -> AsyncSessionWriter:
+        """A writer with a log of its own over ``io`` (closing it closes ``io``)."""
+        log = AsyncSessionLog(
+            key=key,
+            io=io,
+            state=state,
+            durability=durability,
+            hash_key=hash_key,
+            token_counter=token_counter,
+            batch_window=batch_window,
+            sync_in_thread=sync_in_thread,
+        )
+        return cls(log, owns_log=True)
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called (or the store closed, or the session was deleted)."""
+        return self._closed or self._log.closed
+
+    @property
+    def log(self) -> AsyncSessionLog:
+        """The shared log this writer appends to."""
+        return self._log
+
+    @property
+    def _seal(self) -> Callable[[KnownEvent], KnownEvent] | None:
+        return self._log.seal
+
+    @_seal.setter
+    def _seal(self, seal: Callable[[KnownEvent], KnownEvent] | None) -> None:
+        self._log.seal = seal
+
+    @property
+    def durable_seq(self) -> int:
+        """The last seq known durable (-1 when nothing is known, with ``"none"``)."""
+        return self._log.commit.synced
+
+    async def flush(self) -> None:
+        """Make every line written so far durable (an fsync, whatever the durability mode)."""
+        self._check_open()
+        await self._log.flush()
+
+    async def refresh(self) -> int:
+        """Fold in events other writers appended since this log last looked; return the seq."""
+        self._check_open()
+        return await self._log.refresh()
+
+    async def close(self) -> None:
+        """Sync what is pending and close this writer; shielded from cancellation.
+
+        The session's log stays open for the store's other writers.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            try:
+                if self._owns_log:
+                    await self._log.close()
+                else:
+                    await self._log.sync_pending()
+            finally:
+                if self._on_close is not None:
+                    await self._on_close(self)
+
+    async def __aenter__(self) -> AsyncSessionWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
+
+    async def _then(
+        self, result: Coroutine[Any, Any, int], make: Callable[[int], CompactionResult]
+    ) -> CompactionResult:
+        return make(await result)
+
+    async def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        self._check_open()
+        return await self._log.submit(draft, expected_seq, event_id)

@@ -84,6 +84,14 @@ class GroupCommit:
         elif self.failure is None:
             self.failure = error
 
+    def rebase(self, seq: int) -> None:
+        """The log was reloaded at ``seq`` (cut back or replaced): lines count from there.
+
+        Lines after ``seq`` that were written before are gone, so nothing past it is durable.
+        """
+        self.written = seq
+        self.synced = min(self.synced, seq)
+
     def abandon(self) -> None:
         """The leader gave up before its sync finished (cancelled): nothing new is durable."""
         self.syncing = False

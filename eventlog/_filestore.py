@@ -3,11 +3,15 @@
 Invariants:
 - The directory is 0700 and every file 0600, whatever the umask; no path is ever followed
   through a symlink (``O_NOFOLLOW``), and a non-regular file where a log should be is refused.
-- One writer per session across processes: ``flock`` on the log's own descriptor, released by
-  the kernel when the holder dies. After locking, the path is checked to still be the locked
-  file, so a concurrent delete cannot leave a writer on an unlinked inode.
+- Many writers per session, across processes: ``flock`` on the log's own descriptor for one
+  write at a time (see :mod:`eventlog._fileio`), released by the kernel when a holder dies.
+  After an open locks, the path is checked to still be the locked file, so a concurrent delete
+  cannot leave a writer on an unlinked inode; later writes notice a removal (link count 0, or
+  the trash's cleared owner-write bit) and raise :class:`SessionNotFoundError`.
 - An append is one ``write`` of whole lines; a failed or short write is cut back with
   ``ftruncate`` so no partial line is left for a later append to glue onto.
+- Descriptors are bounded (``max_open_files``); ``EMFILE``/``ENFILE`` become StorageError;
+  a store dropped without ``close()`` closes its descriptors when it is collected.
 - New files get their directory fsynced (unless durability is ``"none"``).
 - Every append, truncate, writer open, create and delete of a log is followed by a bump of the
   store's change table (``.changes``, see :mod:`eventlog._changes`), which lets a listing stat
@@ -17,11 +21,12 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import errno
+import contextlib
 import fcntl
 import os
 import stat
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,13 +38,21 @@ import msgspec
 from ._changes import ChangeTable, ChangeView, slot_of
 from ._errors import (
     EventLogError,
-    LockedError,
+    InvalidEventError,
     NotALogError,
     SessionNotFoundError,
-    StorageError,
     UnsafePathError,
 )
 from ._fileindex import FileIndexFiles
+from ._fileio import (
+    LIVE_BIT,
+    OPEN_FLAGS,
+    READ_FLAGS,
+    FdPool,
+    FileIO,
+    lock_fd,
+    open_nofollow,
+)
 from ._filetrash import TrashLock, list_entries, move_to_trash, purge_entry, restore_entry
 from ._fileviews import (
     list_log_names,
@@ -56,8 +69,8 @@ from ._names import check_key, key_to_stem, stem_to_key
 from ._safeio import (
     append_private,
     fsync_dir,
-    open_regular,
     read_bytes,
+    read_fd,
     read_first_line,
     remove,
     storage_error,
@@ -69,7 +82,7 @@ from ._snapshot import Snapshot
 from ._store import BaseStore
 from ._tokens import TokenCounter
 from ._views import LogStat
-from ._writer import Durability
+from ._writer import Durability, SessionIO
 
 LOG_SUFFIX = ".jsonl"
 QUARANTINE_SUFFIX = ".quarantine"
@@ -78,16 +91,14 @@ SNAPSHOT_SUFFIX = ".snapshot"
 CATALOG_NAME = ".catalog"
 #: The key store of an encrypted file store, in the store root.
 KEYS_DIR = ".keys"
-_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-
-# Indirections the fault-injection tests patch.
-_write = os.write
-_fsync = os.fdatasync if hasattr(os, "fdatasync") else os.fsync
+_OPEN_FLAGS = OPEN_FLAGS
+_READ_FLAGS = READ_FLAGS
+#: Descriptors a store keeps open for its writers by default (least recently used out).
+DEFAULT_MAX_OPEN_FILES = 128
 
 
 def _open_nofollow(path: str, flags: int, mode: int = 0o600) -> int:
-    return open_regular(path, flags, action="open", mode=mode)
+    return open_nofollow(path, flags, mode)
 
 
 def read_file(path: str) -> bytes | None:
@@ -95,70 +106,9 @@ def read_file(path: str) -> bytes | None:
     return read_bytes(path)
 
 
-class _FileIO:
-    """One session's log, open for appending with its writer lock held."""
-
-    def __init__(self, path: str, fd: int, size: int, changes: ChangeTable | None = None) -> None:
-        self.name = path
-        self._fd = fd
-        self._size = size
-        self._changes = changes
-        self._slot = slot_of(os.path.basename(path))
-
-    def append(self, data: bytes) -> None:
-        view = memoryview(data)
-        try:
-            while view:
-                written = _write(self._fd, view)
-                if written <= 0:
-                    raise OSError(errno.EIO, "write returned no progress")
-                view = view[written:]
-        except OSError as exc:
-            self._cut_back(exc)
-            raise StorageError(self.name, "append", os.strerror(exc.errno or errno.EIO)) from exc
-        self._size += len(data)
-        if self._changes is not None:
-            self._changes.bump(self._slot)
-
-    def _cut_back(self, cause: OSError) -> None:
-        try:
-            os.ftruncate(self._fd, self._size)
-        except OSError as exc:  # pragma: no cover - the disk refuses even a truncate
-            raise StorageError(
-                self.name, "append", f"{cause}; and cutting back the partial line failed: {exc}"
-            ) from exc
-        finally:
-            if self._changes is not None:
-                self._changes.bump(self._slot)
-
-    def sync(self) -> None:
-        try:
-            _fsync(self._fd)
-        except OSError as exc:
-            raise StorageError(self.name, "fsync", os.strerror(exc.errno or errno.EIO)) from exc
-
-    def truncate(self, size: int) -> None:
-        try:
-            os.ftruncate(self._fd, size)
-        except OSError as exc:
-            raise StorageError(self.name, "truncate", os.strerror(exc.errno or errno.EIO)) from exc
-        finally:
-            if self._changes is not None:
-                self._changes.bump(self._slot)
-        self._size = size
-
-    def size(self) -> int:
-        return self._size
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            os.close(fd)  # also releases the flock
-
-
 @dataclass(slots=True)
 class _Raw:
-    io: _FileIO
+    io: FileIO
     #: The log from byte ``base`` on (the whole log when ``base`` is 0).
     data: bytes
     created: bool
@@ -177,12 +127,14 @@ class FileStore(BaseStore):
             after its fsync), or ``"none"`` (page cache only; a power loss can lose the tail).
         hash_key: a secret to key the hash chain with; only key holders can forge a valid log.
         token_counter: counts a message's tokens at write time (default: a byte heuristic).
-        lock_timeout: seconds to wait for another process's writer lock before
-            :class:`LockedError` (0: fail at once).
+        lock_timeout: seconds a write waits for the log's lock (held by another writer for
+            one write at a time) before :class:`LockedError`.
         batch_window: seconds a group-commit leader waits for more appends before its fsync.
         key_provider: encrypt the sessions this store creates, with data keys wrapped by this
             provider's master key (e.g. :class:`LocalKeyFile`); see docs/privacy.md.
         key_store: where the wrapped data keys live (default: ``root/.keys``).
+        max_open_files: most log descriptors kept open for writers (least recently used are
+            closed, and reopened on their next append).
     """
 
     def __init__(
@@ -192,11 +144,16 @@ class FileStore(BaseStore):
         durability: Durability | str = "batch",
         hash_key: bytes | str | None = None,
         token_counter: TokenCounter | None = None,
-        lock_timeout: float = 0.0,
+        lock_timeout: float = 10.0,
         batch_window: float = 0.0,
         key_provider: KeyProvider | None = None,
         key_store: KeyStore | None = None,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     ) -> None:
+        if isinstance(max_open_files, bool) or not isinstance(max_open_files, int):
+            raise InvalidEventError(f"max_open_files must be an int, not {max_open_files!r}")
+        if max_open_files < 1:
+            raise InvalidEventError(f"max_open_files must be at least 1, not {max_open_files}")
         super().__init__(
             durability=durability,
             hash_key=hash_key,
@@ -210,6 +167,9 @@ class FileStore(BaseStore):
             key_store = FileKeyStore(self.root / KEYS_DIR, durable=self.durability != "none")
         self._use_keys(key_provider, key_store)
         self._changes = ChangeTable(str(self.root))
+        self._pool = FdPool(max_open_files)
+        # A store dropped without close(): its descriptors go with it.
+        self._finalizer = weakref.finalize(self, _release_all, self._pool, self._changes)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r}, durability={self.durability!r})"
@@ -219,7 +179,16 @@ class FileStore(BaseStore):
         try:
             super().close()
         finally:
-            self._changes.close()
+            self._finalizer()
+
+    @property
+    def max_open_files(self) -> int:
+        """Most log descriptors this store keeps open for its writers."""
+        return self._pool.limit
+
+    def open_files(self) -> int:
+        """Log descriptors open for writers right now."""
+        return len(self._pool)
 
     def _ensure_root(self) -> None:
         root = str(self.root)
@@ -272,15 +241,18 @@ class FileStore(BaseStore):
         # ``start``: read the log from there (a snapshot's line) when it is that long.
         path = str(self.path_for(key))
         deadline = time.monotonic() + self.lock_timeout
+        pool = self._pool
         while True:
             created = False
             try:
-                fd = _open_nofollow(path, _OPEN_FLAGS)
+                fd = open_nofollow(path, OPEN_FLAGS, evict=pool.evict_idle)
             except FileNotFoundError:
                 if not create:
                     return None
                 try:
-                    fd = _open_nofollow(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL)
+                    fd = open_nofollow(
+                        path, OPEN_FLAGS | os.O_CREAT | os.O_EXCL, evict=pool.evict_idle
+                    )
                     created = True
                 except FileExistsError:
                     continue
@@ -290,7 +262,7 @@ class FileStore(BaseStore):
                     raise UnsafePathError(path, "not a regular file")
                 if created:
                     os.fchmod(fd, 0o600)
-                self._lock(fd, key, path, deadline)
+                lock_fd(fd, key, path, max(0.0, deadline - time.monotonic()))
                 # The file may have been deleted (or replaced) while we waited for the lock.
                 try:
                     now = os.stat(path, follow_symlinks=False)
@@ -299,6 +271,8 @@ class FileStore(BaseStore):
                 if now is None or (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
                     os.close(fd)
                     continue
+                if not now.st_mode & LIVE_BIT:
+                    os.fchmod(fd, 0o600)  # a log restored from the trash, or made read-only
                 if created and self.durability != "none":
                     fsync_dir(str(self.root))
                 base = start if 0 < start <= os.fstat(fd).st_size else 0
@@ -309,34 +283,27 @@ class FileStore(BaseStore):
             except BaseException:
                 os.close(fd)
                 raise
-            # Every writer open bumps: a line a crashed writer wrote but never announced shows.
+            # Every open bumps: a line a crashed writer wrote but never announced shows.
             self._changes.bump(slot_of(os.path.basename(path)), membership=created)
-            io = _FileIO(path, fd, base + len(data), self._changes)
+            io = FileIO(
+                self,
+                key,
+                path,
+                fd,
+                base + len(data),
+                (st.st_dev, st.st_ino),
+                changes=self._changes,
+                lock_timeout=self.lock_timeout,
+            )
             return _Raw(io, data, created, base)
-
-    def _lock(self, fd: int, key: str, path: str, deadline: float) -> None:
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LockedError(key, path) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
 
     @staticmethod
     def _read_fd(fd: int, offset: int = 0) -> bytes:
-        size = os.fstat(fd).st_size
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.pread(fd, max(size - offset, 1 << 16), offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, offset)
+
+    def _release(self, io: SessionIO) -> None:
+        assert isinstance(io, FileIO)
+        io.release(self._pool)
 
     def _read_raw(self, key: str) -> bytes | None:
         return read_file(str(self.path_for(key)))
@@ -463,12 +430,28 @@ class FileStore(BaseStore):
             raw = self._open_raw(key, create=False)
             if raw is None:
                 raise SessionNotFoundError(key)
+            assert isinstance(raw.io, FileIO)
+            fd = raw.io.fd
             try:
                 self._index_files(key).remove()  # derived: a restored log rebuilds them
+                # Writers holding the log notice the cleared bit on their next write (under the
+                # lock) and find the path gone: nothing is appended to a log in the trash.
+                os.fchmod(fd, 0o400)
                 files = [self.path_for(key), self.snapshot_path(key), self.quarantine_path(key)]
-                return move_to_trash(
-                    self.root, key, files, entry_id, reason, when, sync=self.durability != "none"
-                )
+                try:
+                    return move_to_trash(
+                        self.root,
+                        key,
+                        files,
+                        entry_id,
+                        reason,
+                        when,
+                        sync=self.durability != "none",
+                    )
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.fchmod(fd, 0o600)
+                    raise
             finally:
                 self._changes.bump(slot_of(self.path_for(key).name), membership=True)
                 raw.io.close()
@@ -477,6 +460,7 @@ class FileStore(BaseStore):
         try:
             with self._trash_lock():
                 restore_entry(self.root, entry.id, sync=self.durability != "none")
+            self._revive(entry.key)
         finally:
             self._changes.bump(slot_of(self.path_for(entry.key).name), membership=True)
 
@@ -486,6 +470,15 @@ class FileStore(BaseStore):
 
     def _trash_entries(self) -> list[TrashEntry]:
         return list_entries(self.root)
+
+    def _revive(self, key: str) -> None:
+        """A log back from the trash is writable again (it was retired read-only there)."""
+        with contextlib.suppress(OSError, EventLogError):
+            fd = open_nofollow(str(self.path_for(key)), READ_FLAGS)
+            try:
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
 
     def _trash_lock(self) -> TrashLock:
         lock = self.__dict__.get("_trash_mutex")
@@ -563,3 +556,11 @@ class FileStore(BaseStore):
         except OSError as exc:
             raise storage_error(str(self.path_for(key)), "stat", exc) from exc
         return {"size": st.st_size, "mtime": st.st_mtime}
+
+
+def _release_all(pool: FdPool, changes: ChangeTable) -> None:
+    """Close a store's descriptors and its change table (at close, or when it is collected)."""
+    try:
+        pool.close_all()
+    finally:
+        changes.close()

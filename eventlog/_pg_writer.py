@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import EventLogError, SessionNotFoundError, StorageError
@@ -28,7 +29,7 @@ from ._fold import apply
 from ._pg_common import translate
 from ._pg_io import CommitUnknownError, Pending, Undo, _PgIO, is_disconnect, oneline
 from ._writeapi import Draft, Staged, stage
-from ._writer import SessionWriter
+from ._writer import SessionLog, SessionWriter
 
 if TYPE_CHECKING:
     import psycopg
@@ -63,8 +64,15 @@ class PgSessionWriter(SessionWriter):
 
     _io: _PgIO
 
-    def __init__(self, *, store: PostgresStore, io: _PgIO, **kwargs: Any) -> None:
-        super().__init__(io=io, **kwargs)
+    def __init__(
+        self,
+        *,
+        store: PostgresStore,
+        io: _PgIO,
+        on_close: Callable[[SessionWriter], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(SessionLog(io=io, **kwargs), on_close=on_close, owns_log=True)
         self._store = store
         self._queue: list[_Ticket] = []
         self._leading = False
@@ -183,7 +191,7 @@ class PgSessionWriter(SessionWriter):
                         state,
                         t.draft,
                         key=self.key,
-                        hash_key=self._hash_key,
+                        hash_key=self._log.hash_key,
                         expected_seq=t.expected_seq,
                         event_id=t.event_id,
                         seal=self._seal,
@@ -221,11 +229,8 @@ class PgSessionWriter(SessionWriter):
                 _finish(batch, translate(exc, io.name, "append", nothing_written=True))
                 return
             if outcome.status == 0:
-                self._commit.wrote(state.seq)
-                self._commit.confirm(state.seq)
-                if self._on_append is not None:
-                    for _, s in staged:
-                        self._on_append(self, s.event)
+                self._log.commit.wrote(state.seq)
+                self._log.commit.confirm(state.seq)
                 break
             undo.undo(state)
             if outcome.status == 2:

@@ -145,6 +145,8 @@ class PostgresStore(BaseStore):
         require_psycopg()
         super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
         self._use_keys(key_provider, key_store)
+        #: The one writer per session this store hands out (its log is in ``_writers``).
+        self._pg_writers: dict[str, PgSessionWriter] = {}
 
         if not schema or len(schema) > 40:
             raise InvalidEventError(f"schema must be 1 to 40 characters, not {schema!r}")
@@ -419,24 +421,27 @@ class PostgresStore(BaseStore):
         with self._mutex:
             if self._closed:
                 raise StoreClosedError("the store is closed")
-            writer = self._writers.get(key)
-            if writer is not None and not writer.closed:
-                return writer
-            state, size, created = self._open_state(key, create=create, metadata=metadata)
-            writer = PgSessionWriter(
-                store=self,
-                key=key,
-                io=_PgIO(self, key, size),
-                state=state,
-                durability=self.durability,
-                hash_key=self._hash_key,
-                token_counter=self.token_counter,
-                on_close=self._forget,
-            )
-            self._arm_writer(writer)
-            self._writers[key] = writer
-            self._reports[key] = OpenReport(key, created=created)
-            return writer
+            writer = self._pg_writers.get(key)
+            if writer is None or writer.closed or self._writers.get(key) is not writer.log:
+                state, size, created = self._open_state(key, create=create, metadata=metadata)
+                writer = PgSessionWriter(
+                    store=self,
+                    key=key,
+                    io=_PgIO(self, key, size),
+                    state=state,
+                    durability=self.durability,
+                    hash_key=self._hash_key,
+                    token_counter=self.token_counter,
+                )
+                self._arm_writer(writer)
+                # The store closes (and after fork resets) the log; writers share it.
+                self._pg_writers[key] = writer
+                self._writers[key] = writer.log
+                self._reports[key] = OpenReport(key, created=created)
+            writer.log.handles += 1
+            # Each call gets its own writer (closing it leaves the others open); appends go
+            # through the session's one group-commit writer.
+            return SessionWriter(writer.log, on_close=self._forget, submit=writer._submit)
 
     def _read_raw(self, key: str) -> bytes | None:
         with self._reading("read") as conn:
@@ -505,7 +510,7 @@ class PostgresStore(BaseStore):
     def state(self, key: str) -> SessionState:
         """The current folded state of ``key`` (what every writer has committed)."""
         key = check_key(key)
-        writer = self._writers.get(key)
+        writer = self._pg_writers.get(key)
         if writer is not None and not writer.closed:
             writer.refresh()
             return writer.state

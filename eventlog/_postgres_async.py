@@ -17,15 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._async_store import AsyncBaseStore
-from ._async_writer import AsyncSessionWriter
+from ._async_store import AsyncBaseStore, WriterOpening
+from ._async_writer import AsyncSessionLog, AsyncSessionWriter
 from ._fold import SessionState
+from ._pg_common import CatalogRecord
+from ._pg_notify import NotifyWaker
 from ._postgres import PostgresStore
 from ._store_types import OpenReport
 from ._writeapi import Draft
@@ -41,15 +43,15 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
         *,
         on_close: Callable[[AsyncSessionWriter], Awaitable[None]] | None = None,
     ) -> None:
-        super().__init__(
+        log = AsyncSessionLog(
             key=writer.key,
             io=writer._io,
             state=writer.state,
             durability="none",
-            hash_key=writer._hash_key,
+            hash_key=writer.log.hash_key,
             token_counter=writer._count_tokens,
-            on_close=on_close,
         )
+        super().__init__(log, on_close=on_close)
         self._writer = writer
 
     @property
@@ -61,6 +63,11 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
     def seq(self) -> int:
         """The seq of the last event this writer knows of."""
         return self._writer.seq
+
+    @property
+    def closed(self) -> bool:
+        """True once this writer, its sync writer or the session's log was closed."""
+        return self._closed or self._writer.closed
 
     @property
     def durable_seq(self) -> int:
@@ -81,6 +88,7 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
         if self._closed:
             return
         self._closed = True
+        self._log.closed = True
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self._writer.close)
             if self._on_close is not None:
@@ -118,19 +126,17 @@ class AsyncPostgresStore(AsyncBaseStore):
         """The sync store underneath (same database)."""
         return self._pg
 
-    async def session(
+    def session(
         self, key: str, *, metadata: Mapping[str, Any] | None = None
-    ) -> AsyncPostgresSessionWriter:
-        """Return this store's writer for ``key``, creating the session on first use."""
-        writer = await super().session(key, metadata=metadata)
-        assert isinstance(writer, AsyncPostgresSessionWriter)
-        return writer
+    ) -> WriterOpening[AsyncPostgresSessionWriter]:
+        """A writer for ``key``, creating the session on first use: await it or ``async with``."""
+        return cast(
+            WriterOpening[AsyncPostgresSessionWriter], super().session(key, metadata=metadata)
+        )
 
-    async def open(self, key: str) -> AsyncPostgresSessionWriter:
-        """Like :meth:`session`, but raise :class:`SessionNotFoundError` for a new key."""
-        writer = await super().open(key)
-        assert isinstance(writer, AsyncPostgresSessionWriter)
-        return writer
+    def open(self, key: str) -> WriterOpening[AsyncPostgresSessionWriter]:
+        """A writer for an existing session (:class:`SessionNotFoundError` for a new key)."""
+        return cast(WriterOpening[AsyncPostgresSessionWriter], super().open(key))
 
     async def _make_writer(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
@@ -147,6 +153,14 @@ class AsyncPostgresStore(AsyncBaseStore):
     async def state(self, key: str) -> SessionState:
         """The current folded state of ``key`` (what every writer has committed)."""
         return await anyio.to_thread.run_sync(partial(self._pg.state, key))
+
+    async def query_catalog_records(self, filter: Any) -> list[CatalogRecord]:
+        """The catalog rows ``filter`` selects (see :meth:`PostgresStore.query_catalog_records`)."""
+        return await anyio.to_thread.run_sync(partial(self._pg.query_catalog_records, filter))
+
+    def follow_waker(self, key: str) -> NotifyWaker:
+        """A waker for ``replay.follow`` (see :meth:`PostgresStore.follow_waker`)."""
+        return self._pg.follow_waker(key)
 
     async def committed(self, key: str, event_id: str) -> int | None:
         """The seq ``event_id`` was committed at, or None (see :meth:`PostgresStore.committed`)."""

@@ -1,17 +1,33 @@
-"""What every store shares: opening a session from its bytes, the store protocol, reports.
+"""What every store shares: opening a session from its bytes, catching up, the writers.
 
-A backend supplies raw access (open a session's bytes under its writer lock, read them without
-it, list, remove, quarantine); this module turns bytes into checked, folded sessions the same way
+A backend supplies raw access (open a session's bytes under its lock, read them without it,
+list, remove, quarantine); this module turns bytes into checked, folded sessions the same way
 for every backend, so the file and memory stores cannot drift apart.
+
+Invariants:
+- Many writers, one log: a store keeps one :class:`SessionLog` per session it writes, and any
+  number of stores (in this process or others) may write the same session. Each write locks
+  the log for that write only and first folds in what the others appended
+  (:meth:`BaseStore._catch_up`): lines that follow the chain are folded; an incomplete last line
+  found under the lock was left by a dead writer and goes to quarantine, as on open; anything
+  else (a log cut back or replaced, a line that does not follow) reloads the session from the
+  log, as on open.
+- Reading never locks: ``load``, ``state``, ``read_bytes``, ``exists``, ``keys``.
+- A log whose session was removed (by this store or another) is closed; its writers raise.
+- After ``fork``, a child's logs get fresh locks and reload from the log on next use.
 """
 
 from __future__ import annotations
 
 import abc
+import os
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Protocol, Self, cast
 
 import msgspec
 
@@ -19,14 +35,13 @@ from ._codec import ZERO_HASH, Decoded, TornTail, decode_log, encode_line, norma
 from ._errors import (
     CorruptLogError,
     InvalidEventError,
-    LockedError,
     NewerFormatError,
     NotALogError,
     SessionNotFoundError,
     StoreClosedError,
 )
 from ._events import FORMAT_VERSION, Event, Header
-from ._fold import SessionState, fold
+from ._fold import SessionState, apply, fold
 from ._indexsnap import IndexMeta
 from ._lifecycle import LifecycleOps
 from ._names import check_key
@@ -36,7 +51,51 @@ from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
 from ._values import encode_checked
 from ._views import ViewStorage
-from ._writer import Durability, SessionWriter, check_durability, new_event_id
+from ._writer import (
+    Durability,
+    SessionIO,
+    SessionLog,
+    SessionWriter,
+    check_durability,
+    new_event_id,
+)
+
+_STORES: weakref.WeakSet[BaseStore] = weakref.WeakSet()
+#: The end of every line: its 32 hex digits of hash, the closing quote and brace, a newline.
+_HEAD_BYTES = 35
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class SharedIO(SessionIO, Protocol):
+    """A log other stores may write too: what :meth:`BaseStore._catch_up` needs of its I/O."""
+
+    stale: bool
+
+    def observe(self) -> int:
+        """The log's current length; raise SessionNotFoundError if it was removed."""
+
+    def read_from(self, offset: int) -> bytes:
+        """The log's bytes from ``offset`` on."""
+
+    def set_size(self, size: int) -> None:
+        """Record the valid length this writer now knows."""
+
+    def pinned(self) -> AbstractContextManager[bool]:
+        """Keep the log usable for a read without its lock (False: it is not open now)."""
+
+
+@dataclass(slots=True)
+class _Reopened:
+    io: SessionIO
+    data: bytes
+    created: bool = False
 
 
 class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
@@ -54,17 +113,19 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         self._hash_key = normalize_key(hash_key)
         self.token_counter: TokenCounter = token_counter or estimate_tokens
         self.batch_window = batch_window
-        self._writers: dict[str, SessionWriter] = {}
+        #: The session logs this store writes, by key (each shared by its writer handles).
+        self._writers: dict[str, SessionLog] = {}
         self._reports: dict[str, OpenReport] = {}
         self._mutex = threading.RLock()
         self._closed = False
         self._end_hooks = []
+        _STORES.add(self)
 
     # -- backend hooks -----------------------------------------------------------------------
 
     @abc.abstractmethod
     def _open_raw(self, key: str, create: bool) -> RawSession | None:
-        """Open ``key`` under its writer lock (None if absent and not ``create``)."""
+        """Open ``key`` with its lock held (None if absent and not ``create``)."""
 
     def _open_raw_from(
         self, key: str, create: bool, snap: Snapshot | IndexMeta | None
@@ -93,6 +154,9 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
     def _remove(self, key: str) -> bool:
         """Remove a session's log and everything beside it (the caller closed its writer)."""
 
+    def _release(self, io: SessionIO) -> None:
+        """A log opened by :meth:`_open_raw` becomes a writer's: drop the lock taken to open it."""
+
     # -- public API --------------------------------------------------------------------------
 
     @property
@@ -101,11 +165,14 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         return self._hash_key
 
     def session(self, key: str, *, metadata: Mapping[str, Any] | None = None) -> SessionWriter:
-        """Return this process's writer for ``key``, creating the session on first use.
+        """Return a writer for ``key``, creating the session on first use.
 
-        ``metadata`` seeds a new session's header; it is ignored for an existing one. Opening
-        cuts a torn last line into quarantine (see :meth:`open_report`) and raises
-        :class:`CorruptLogError` for a bad line in the middle.
+        Each call returns a new writer over the store's one log of the session: threads may
+        share one writer or each use its own (``with store.session(key) as w:``); closing one
+        leaves the others open. ``metadata`` seeds a new session's header; it is ignored for an
+        existing one. Opening cuts a torn last line into quarantine (see :meth:`open_report`)
+        and raises :class:`CorruptLogError` for a bad line in the middle. Other stores and
+        processes may write the same session at the same time: each append folds in theirs.
         """
         key = check_key(key)
         if metadata:
@@ -113,7 +180,11 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         return self._session(key, create=True, metadata=metadata)
 
     def open(self, key: str) -> SessionWriter:
-        """Like :meth:`session`, but raise :class:`SessionNotFoundError` for a new key."""
+        """A writer for an existing session: :meth:`session` that never creates one.
+
+        Raises :class:`SessionNotFoundError` for a new key. To read a session without writing,
+        use :meth:`load` or :meth:`state` (they never lock).
+        """
         return self._session(check_key(key), create=False, metadata=None)
 
     def open_report(self, key: str) -> OpenReport | None:
@@ -121,7 +192,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         return self._reports.get(key)
 
     def load(self, key: str, *, prefix: bool = False, snapshot: bool = True) -> LoadedLog:
-        """Read and fold a session without its writer lock, changing nothing.
+        """Read and fold a session without locking it, changing nothing.
 
         A torn tail is reported, not cut. A bad line in the middle raises
         :class:`CorruptLogError` unless ``prefix`` asks for the readable prefix. With a valid
@@ -155,10 +226,18 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         )
 
     def state(self, key: str) -> SessionState:
-        """The current folded state of ``key`` (from this process's writer when one is open)."""
-        writer = self._writers.get(key)
-        if writer is not None and not writer.closed:
-            return writer.state
+        """The current folded state of ``key``, with what every writer has appended (no lock).
+
+        When this store writes the session, that log's live state is caught up and returned.
+        """
+        key = check_key(key)
+        log = self._writers.get(key)
+        if log is not None and not log.closed:
+            io = log.io
+            with log.lock:
+                shared = hasattr(io, "observe") and not log.closed
+                if shared and self._catch_up(key, cast(SharedIO, io), log.state, locked=False):
+                    return log.state
         return self.load(key).state
 
     def events(self, key: str) -> Iterator[Event]:
@@ -183,7 +262,8 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
     def delete(self, key: str) -> bool:
         """Remove a session for good (log, snapshot, catalog row, quarantine); True if it existed.
 
-        Raises :class:`LockedError` when another process's writer holds it.
+        This store's writers of the session are closed; other stores' writers raise
+        :class:`SessionNotFoundError` on their next append.
         """
         key = check_key(key)
         with self._mutex:
@@ -206,35 +286,28 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
 
     def _close_writer(self, key: str) -> None:
         with self._mutex:
-            writer = self._writers.pop(key, None)
-            if writer is not None:
-                writer.close()
+            log = self._writers.pop(key, None)
             self._reports.pop(key, None)
+        if log is not None:
+            log.close()
 
     # -- replay support (recover, repair, import, follow) ------------------------------------
 
     def writer_lock_held(self, key: str) -> bool:
-        """Whether a writer other than this store's own (another process) holds ``key``'s lock."""
-        key = check_key(key)
-        own = self._writers.get(key)
-        if own is not None and not own.closed:
-            return False
-        return self._probe_lock(key)
+        """Whether another writer is writing ``key`` at this moment (its lock is held)."""
+        return self._probe_lock(check_key(key))
 
     def cut(
         self, key: str, offset: int, *, reason: str, expect_length: int | None = None
     ) -> CutReport | None:
         """Move the bytes of ``key``'s log after ``offset`` into quarantine and truncate there.
 
-        Runs under the writer lock (:class:`LockedError` if another writer, or this store's own
-        open writer, holds it). ``offset`` must be a line boundary. With ``expect_length``, a log
-        whose length changed since the caller read it is left alone and None is returned.
+        Runs under the log's lock; writers of the session reload it on their next append.
+        ``offset`` must be a line boundary. With ``expect_length``, a log whose length changed
+        since the caller read it is left alone and None is returned.
         """
         key = check_key(key)
         with self._mutex:
-            own = self._writers.get(key)
-            if own is not None and not own.closed:
-                raise LockedError(key, self._describe(key))
             raw = self._open_raw(key, False)
             if raw is None:
                 raise SessionNotFoundError(key)
@@ -281,9 +354,6 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         with self._mutex:
             if self._closed:
                 raise StoreClosedError("the store is closed")
-            own = self._writers.get(key)
-            if own is not None and not own.closed:
-                raise LockedError(key, self._describe(key))
             raw = self._open_raw(key, True)
             assert raw is not None
             created = raw.created
@@ -316,24 +386,18 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         return len(data), data[offset:]
 
     def _probe_lock(self, key: str) -> bool:
-        try:
-            raw = self._open_raw(key, False)
-        except LockedError:
-            return True
-        if raw is not None:
-            raw.io.close()
         return False
 
     def close(self) -> None:
         """Sync and close every open writer (graceful shutdown, like nanobot's ``flush_all``)."""
         with self._mutex:
-            writers = list(self._writers.values())
+            logs = list(self._writers.values())
             self._writers.clear()
             self._closed = True
         errors: list[BaseException] = []
-        for writer in writers:
+        for log in logs:
             try:
-                writer.close()
+                log.close()
             except Exception as exc:  # close the others, then report the first
                 errors.append(exc)
         if errors:
@@ -362,27 +426,175 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
     def _session(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
     ) -> SessionWriter:
+        while True:
+            log = self._writers.get(key)
+            if log is None or log.closed or self._revalidate(key, log):
+                break
         with self._mutex:
             if self._closed:
                 raise StoreClosedError("the store is closed")
-            writer = self._writers.get(key)
-            if writer is not None and not writer.closed:
-                return writer
-            raw, state, report = self._open_checked(key, create=create, metadata=metadata)
-            writer = SessionWriter(
-                key=key,
-                io=raw.io,
-                state=state,
-                durability=self.durability,
-                hash_key=self._hash_key,
-                token_counter=self.token_counter,
-                batch_window=self.batch_window,
-                on_close=self._forget,
+            log = self._writers.get(key)
+            if log is not None and log.poisoned:  # reopen from what is really on disk
+                log.abandon()
+            if log is None or log.closed:
+                raw, state, report = self._open_checked(key, create=create, metadata=metadata)
+                try:
+                    self._release(raw.io)
+                except BaseException:
+                    raw.io.close()
+                    raise
+                log = SessionLog(
+                    key=key,
+                    io=raw.io,
+                    state=state,
+                    durability=self.durability,
+                    hash_key=self._hash_key,
+                    token_counter=self.token_counter,
+                    batch_window=self.batch_window,
+                )
+                writer = SessionWriter(log, on_close=self._forget)
+                try:
+                    self._arm_writer(writer)  # an encrypted store's sealer, finished erasures
+                except BaseException:
+                    log.close()
+                    raise
+                self._writers[key] = log
+                self._reports[key] = report
+            else:
+                writer = SessionWriter(log, on_close=self._forget)
+            log.handles += 1
+        return writer
+
+    def _revalidate(self, key: str, log: SessionLog) -> bool:
+        """Before handing out a writer of a log this store already holds: catch it up.
+
+        Also checks that the log still ends with the line this store last knew (a log
+        rewritten in place to the same length is reloaded). False: the session is gone.
+        """
+        io: Any = log.io
+        if not hasattr(io, "lock"):
+            return True
+        with log.lock:
+            if log.closed:
+                return False
+            io.lock(True)
+            try:
+                self._catch_up(key, io, log.state, locked=True, check_head=True)
+            except SessionNotFoundError:
+                return False
+            finally:
+                io.unlock()
+            if log.state.seq < log.commit.written:
+                log.rebase()
+        return True
+
+    def _forget(self, writer: SessionWriter) -> None:
+        """A writer closed; with the last one the log closes (next open reads it again)."""
+        log = writer.log
+        with self._mutex:
+            log.handles -= 1
+            last = log.handles <= 0 and self._writers.get(log.key) is log
+            if last:
+                del self._writers[log.key]
+        if last:
+            log.close()
+        self._snapshot_on_close(writer)
+
+    def _forked(self) -> None:
+        """In a forked child: fresh locks; every log reloads from the file on next use."""
+        self._mutex = threading.RLock()
+        for log in self._writers.values():
+            log.reset_locks()
+
+    def _gone(self, key: str, io: SessionIO) -> None:
+        """``key``'s log was removed by another writer: close the log this store held."""
+        with self._mutex:
+            log = self._writers.get(key)
+            if log is not None and log.io is io:
+                del self._writers[key]
+                self._reports.pop(key, None)
+        if log is not None and log.io is io:
+            log.closed = True
+        io.close()
+
+    def _catch_up(
+        self,
+        key: str,
+        io: SharedIO,
+        state: SessionState,
+        *,
+        locked: bool,
+        check_head: bool = False,
+    ) -> bool:
+        """Fold into ``state`` what other writers appended to ``key``'s log since ``io`` looked.
+
+        ``locked``: the log's lock is held (a write follows); an incomplete last line is then
+        a dead writer's and goes to quarantine, and anything unexpected reloads the log in
+        place. Without the lock nothing is written, and False means: read the log instead.
+        """
+        if not locked:
+            with io.pinned() as usable:
+                return usable and not io.stale and self._fold_new(key, io, state, locked=False)
+        if not io.stale and self._fold_new(key, io, state, locked=True, check_head=check_head):
+            return True
+        # Cut back, replaced in place, a line that does not follow, or a forked child's first
+        # write: open the log again, exactly as on open (quarantine, CorruptLogError).
+        data = io.read_from(0)
+        io.set_size(len(data))
+        fresh, report = self._prepare(key, _Reopened(io, data), None)
+        self._reports[key] = report
+        for name in SessionState.__struct_fields__:
+            setattr(state, name, getattr(fresh, name))
+        io.stale = False
+        return True
+
+    def _fold_new(
+        self, key: str, io: SharedIO, state: SessionState, *, locked: bool, check_head: bool = False
+    ) -> bool:
+        try:
+            length = io.observe()
+        except SessionNotFoundError:
+            if locked:
+                self._gone(key, io)
+                raise
+            return False
+        known = io.size()
+        if check_head and known >= _HEAD_BYTES:
+            if length < known:
+                return False
+            # The last line this log knew must still be there: its hash ends it.
+            end = io.read_from(known - _HEAD_BYTES)[:_HEAD_BYTES]
+            if end[:32] != state.head.encode("ascii") or end[32:] != b'"}\n':
+                return False
+        if length == known:
+            return True
+        if length < known:
+            return False
+        tail = io.read_from(known)
+        decoded = decode_log(
+            tail,
+            key=self._hash_key,
+            expect_header=False,
+            prev_h=state.head,
+            last_seq=state.seq,
+            offset=known,
+            first_line=state.seq + 2,
+        )
+        torn = decoded.torn
+        if decoded.bad is not None or (torn is not None and torn.data.endswith(b"\n")):
+            return False
+        for event in self._unseal_events(key, state, decoded.events):
+            apply(state, event)
+        io.set_size(decoded.valid_length)
+        if torn is not None and locked:
+            where = self._quarantine(
+                key, torn.data, reason=torn.reason, line=torn.line, offset=torn.offset
             )
-            self._arm_writer(writer)
-            self._writers[key] = writer
-            self._reports[key] = report
-            return writer
+            io.truncate(decoded.valid_length)
+            if self.durability != "none":
+                io.sync()
+            self._reports[key] = OpenReport(key, torn=torn, quarantine=where)
+        return True
 
     def _open_checked(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
@@ -398,12 +610,6 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
             raw.io.close()
             raise
         return raw, state, report
-
-    def _forget(self, writer: SessionWriter) -> None:
-        with self._mutex:
-            if self._writers.get(writer.key) is writer:
-                del self._writers[writer.key]
-        self._snapshot_on_close(writer)
 
     def _prepare(
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None

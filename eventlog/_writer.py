@@ -1,21 +1,29 @@
-"""The session writer (sync): appends event lines under a thread lock and folds them.
+"""The session writer (sync): a shared per-session log and the writer handles over it.
 
 The write API itself (validation, event building, idempotency, ``expected_seq``, encoding) is
 :class:`~eventlog._writeapi.WriteAPI`, shared with the async writer; this module adds only the
 blocking I/O, a ``threading`` lock and group commit on a ``threading.Condition``.
 
+A store keeps one :class:`SessionLog` per session it writes; every ``store.session(key)`` call
+returns a new :class:`SessionWriter` handle over it, so any number of threads can each hold (and
+close) their own writer for one session at once.
+
 Invariants:
 - One line per event, written with one ``append`` call of whole bytes; an append that fails
   leaves the log exactly as it was (the I/O layer cuts back any partial write).
-- Appends to one writer are serialised by a lock: threads never interleave lines.
-- ``state`` only ever reflects lines that were written; with ``"always"`` durability, lines that
-  were also synced. A retried event id is a no-op that returns the original seq (in ``"batch"``
-  mode once that line is durable).
-- ``"batch"`` durability is group commit (see ``_commit``): an append returns once an fsync that
-  started after its line was written has finished; appends arriving during an fsync share the
-  next one; ``batch_window`` bounds how long a leader waits for more before its fsync. A failed
-  fsync poisons the writer (``StorageError(durable_unknown=True)`` until it is reopened).
-- ``close`` waits for an fsync in flight, syncs what is pending, then releases the lock.
+- Appends to one log are serialised in the process by a lock, and across processes (and store
+  objects) by the I/O's ``transaction(state)``: it takes the log's lock for this one write, folds
+  in what other writers appended since this log last looked, and releases the lock when the
+  write is done. The checks (``expected_seq``, event ids, trims) run inside it, on that state.
+- ``state`` only ever reflects lines that are in the log; with ``"always"`` durability, lines
+  that were also synced. A retried event id is a no-op that returns the original seq (in
+  ``"batch"`` mode once that line is durable).
+- ``"always"`` syncs inside the transaction (a failed fsync cuts its line back); ``"batch"`` is
+  group commit outside it (see ``_commit``): an append returns once an fsync that started after
+  its line was written has finished; appends arriving during an fsync share the next one. A
+  failed fsync poisons the log (``StorageError(durable_unknown=True)`` until it is reopened).
+- A handle's ``close`` syncs what is pending and closes that handle only; the log stays open
+  while other handles are (it closes with the last one, or with the store).
 """
 
 from __future__ import annotations
@@ -35,11 +43,22 @@ from ._writeapi import CompactionResult, Draft, Staged, WriteAPI, new_event_id, 
 
 Durability = Literal["always", "batch", "none"]
 DURABILITIES: tuple[str, ...] = ("always", "batch", "none")
-__all__ = ("DURABILITIES", "Durability", "SessionIO", "SessionWriter", "new_event_id")
+__all__ = (
+    "DURABILITIES",
+    "Durability",
+    "SessionIO",
+    "SessionLog",
+    "SessionWriter",
+    "new_event_id",
+)
 
 
 class SessionIO(Protocol):
-    """What a store gives a writer: one session's bytes, held under its writer lock."""
+    """What a store gives a writer: one session's bytes.
+
+    A log other writers may share also has ``transaction(state)``: a context manager that
+    locks the log for one write and first folds into ``state`` what others appended.
+    """
 
     name: str
 
@@ -56,7 +75,7 @@ class SessionIO(Protocol):
         """The log's length in bytes."""
 
     def close(self) -> None:
-        """Release the session (and its writer lock)."""
+        """Release the session (and anything held for it)."""
 
 
 def check_durability(durability: str) -> Durability:
@@ -71,15 +90,12 @@ def check_durability(durability: str) -> Durability:
 _NO_TRANSACTION = nullcontext()
 
 
-class SessionWriter(WriteAPI[int, CompactionResult]):
-    """Appends events to one session; obtained from ``store.session(key)``.
+class SessionLog:
+    """One session's write state in one store: its I/O, folded state and group commit.
 
-    Every write method accepts ``expected_seq=`` (raise :class:`ConflictError` unless the log's
-    last seq equals it, writing nothing) and ``id=`` (an event id; appending an id already in the
-    log is a no-op). Each returns the seq of its event. Safe to share between threads.
+    Shared by every :class:`SessionWriter` handle the store gives out for the session; safe to
+    use from many threads.
     """
-
-    _io: SessionIO
 
     def __init__(
         self,
@@ -91,133 +107,156 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
         hash_key: bytes,
         token_counter: TokenCounter,
         batch_window: float = 0.0,
-        on_close: Callable[[SessionWriter], None] | None = None,
-        on_append: Callable[[SessionWriter, KnownEvent], None] | None = None,
     ) -> None:
         self.key = key
-        self._io = io
-        self._state = state
-        self._durability = durability
-        self._hash_key = hash_key
-        self._count_tokens = token_counter
-        self._batch_window = batch_window
-        self._on_close = on_close
-        self._on_append = on_append
-        self._lock = threading.RLock()
-        self._closed = False
+        self.io = io
+        self.state = state
+        self.durability = durability
+        self.hash_key = hash_key
+        self.token_counter = token_counter
+        self.batch_window = batch_window
+        self.closed = False
+        #: Seals an event for its line (an encrypted store arms it; None: written as is).
+        self.seal: Callable[[KnownEvent], KnownEvent] | None = None
+        #: Writers the store gave out and that are not closed yet.
+        self.handles = 0
+        self.lock = threading.RLock()
         # Group commit: which lines are durable; waiters sleep on the condition.
-        self._commit = GroupCommit(state.seq, durable=durability != "none")
-        self._sync_cond = threading.Condition()
+        self.commit = GroupCommit(state.seq, durable=durability != "none")
+        self.sync_cond = threading.Condition()
         self._begin: Callable[[SessionState], object] | None = getattr(io, "transaction", None)
+        self._prefold: Callable[[SessionState], None] | None = getattr(io, "prefold", None)
 
-    # -- reading -----------------------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        """The seq of the last event this log knows of."""
+        return self.state.seq
+
+    def reset_locks(self) -> None:
+        """In a forked child: fresh locks (a parent thread may have held the old ones)."""
+        self.lock = threading.RLock()
+        self.sync_cond = threading.Condition()
+        self.commit.syncing = False
+
+    def check_open(self) -> None:
+        """Raise :class:`StoreClosedError` once the log is closed."""
+        if self.closed:
+            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
+
+    def transaction(self) -> AbstractContextManager[object]:
+        """The I/O's write transaction (lock, catch up), or nothing for a private log."""
+        self.check_open()
+        if self._begin is None:
+            return _NO_TRANSACTION
+        return cast(AbstractContextManager[object], self._begin(self.state))
+
+    def refresh(self) -> int:
+        """Fold in events other writers appended; return the last seq."""
+        with self.lock, self.transaction():
+            return self.state.seq
+
+    def submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        """Stage, write and fold ``draft`` (one transaction); wait for durability."""
+        with self.lock:
+            if self._prefold is not None:
+                self._prefold(self.state)
+            with self.transaction():
+                if self.state.seq < self.commit.written:  # the log was cut back and reloaded
+                    self.commit.rebase(self.state.seq)
+                self.commit.check()
+                staged = stage(
+                    self.state,
+                    draft,
+                    key=self.key,
+                    hash_key=self.hash_key,
+                    expected_seq=expected_seq,
+                    event_id=event_id,
+                    seal=self.seal,
+                )
+                seq = staged if isinstance(staged, int) else self._write_line(staged)
+        if self.durability == "batch":
+            self.make_durable(seq)
+        return seq
 
     def flush(self) -> None:
         """Make every line written so far durable (an fsync, whatever the durability mode)."""
-        with self._lock:
-            self._check_open()
-            self._make_durable(self._commit.written)
+        with self.lock:
+            self.check_open()
+            self.make_durable(self.commit.written)
+
+    def sync_pending(self) -> None:
+        """Make this log's own lines durable (nothing to do with ``"none"``)."""
+        if self.durability != "none" and self.commit.pending:
+            self.make_durable(self.commit.written)
 
     def close(self) -> None:
-        """Sync what is pending, release the writer lock; later appends raise.
+        """Sync what is pending and release the I/O; later appends raise.
 
         Waits for an fsync in flight first, so the descriptor is never closed under it.
         """
-        with self._lock:
-            if self._closed:
+        with self.lock:
+            if self.closed:
                 return
             try:
-                if self._durability != "none":
-                    self._make_durable(self._commit.written)
+                if self.durability != "none":
+                    self.make_durable(self.commit.written)
                 else:
                     self._wait_idle()
             finally:
-                self._closed = True
-                self._io.close()
-                if self._on_close is not None:
-                    self._on_close(self)
+                self.closed = True
+                self.io.close()
 
-    def __enter__(self) -> SessionWriter:
-        return self
+    @property
+    def poisoned(self) -> bool:
+        """An fsync failed: the log takes no more appends; the store opens a fresh one."""
+        return self.commit.failure is not None
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def abandon(self) -> None:
+        """Close a poisoned log without syncing (its writers' appends then raise)."""
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.io.close()
+
+    def rebase(self) -> None:
+        """The state was reloaded from the log: count lines from its seq on."""
+        self.commit.rebase(self.state.seq)
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
-
-    def _transaction(self) -> AbstractContextManager[object]:
-        # A shared log (PostgreSQL) has other writers: its io's ``transaction(state)`` locks the
-        # session and folds their new events into ``state`` before the checks; its ``sync``
-        # commits. File and memory logs have one writer and need none of that.
-        self._check_open()
-        if self._begin is None:
-            return _NO_TRANSACTION
-        return cast(AbstractContextManager[object], self._begin(self._state))
-
-    def refresh(self) -> int:
-        """Fold in events other writers appended (shared stores only); return the last seq."""
-        with self._lock, self._transaction():
-            return self._state.seq
-
-    def _then(self, result: int, make: Callable[[int], CompactionResult]) -> CompactionResult:
-        return make(result)
-
-    def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
-        with self._lock, self._transaction():
-            self._commit.check()
-            staged = stage(
-                self._state,
-                draft,
-                key=self.key,
-                hash_key=self._hash_key,
-                expected_seq=expected_seq,
-                event_id=event_id,
-                seal=self._seal,
-            )
-            seq = staged if isinstance(staged, int) else self._write_line(staged)
-        if self._durability == "batch":
-            self._make_durable(seq)
-        return seq
-
     def _write_line(self, staged: Staged) -> int:
-        io, event = self._io, staged.event
+        io, event = self.io, staged.event
         before = io.size()
         io.append(staged.line)
-        if self._durability == "always":
+        if self.durability == "always":
             try:
                 io.sync()
             except StorageError as exc:
                 self._cut_back(before, exc)
                 raise
-        apply(self._state, event)
-        self._commit.wrote(event.seq)
-        if self._durability == "always":
-            self._commit.confirm(event.seq)
-        if self._on_append is not None:
-            self._on_append(self, event)
+        apply(self.state, event)
+        self.commit.wrote(event.seq)
+        if self.durability == "always":
+            self.commit.confirm(event.seq)
         return event.seq
 
     def _cut_back(self, size: int, cause: StorageError) -> None:
-        """Remove a line whose fsync failed; if even that fails, poison the writer."""
+        """Remove a line whose fsync failed; if even that fails, poison the log."""
         try:
-            self._io.truncate(size)
+            self.io.truncate(size)
         except StorageError as exc:
-            with self._sync_cond:
-                self._commit.end(self._commit.written, exc)
+            with self.sync_cond:
+                self.commit.end(self.commit.written, exc)
             raise exc from cause
 
     def _wait_idle(self) -> None:
-        with self._sync_cond:
-            while self._commit.syncing:
-                self._sync_cond.wait()
+        with self.sync_cond:
+            while self.commit.syncing:
+                self.sync_cond.wait()
 
-    def _make_durable(self, seq: int) -> None:
+    def make_durable(self, seq: int) -> None:
         """Group commit: return once an fsync covering the line of ``seq`` has finished."""
-        commit, cond = self._commit, self._sync_cond
+        commit, cond = self.commit, self.sync_cond
         with cond:
             while not commit.is_durable(seq):
                 if commit.syncing:
@@ -229,10 +268,10 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
                 return
         target = commit.written
         try:
-            if self._batch_window > 0:
-                time.sleep(self._batch_window)
+            if self.batch_window > 0:
+                time.sleep(self.batch_window)
                 target = commit.written
-            self._io.sync()
+            self.io.sync()
         except StorageError as exc:
             with cond:
                 commit.end(target, exc)
@@ -247,3 +286,130 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
         with cond:
             commit.end(target, None)
             cond.notify_all()
+
+
+class SessionWriter(WriteAPI[int, CompactionResult]):
+    """Appends events to one session; obtained from ``store.session(key)``.
+
+    Every write method accepts ``expected_seq=`` (raise :class:`ConflictError` unless the log's
+    last seq equals it, writing nothing) and ``id=`` (an event id; appending an id already in the
+    log is a no-op). Each returns the seq of its event. Safe to share between threads; each
+    thread may also take its own (``with store.session(key) as w:``) and close it when done.
+    """
+
+    _io: SessionIO
+
+    def __init__(
+        self,
+        log: SessionLog,
+        *,
+        on_close: Callable[[SessionWriter], None] | None = None,
+        owns_log: bool = False,
+        submit: Callable[[Draft, int | None, str | None], int] | None = None,
+    ) -> None:
+        self.key = log.key
+        self._log = log
+        # How an append reaches the log (a backend's own writer may do it its way).
+        self._send = submit or log.submit
+        self._io = log.io
+        self._state = log.state
+        self._count_tokens = log.token_counter
+        self._on_close = on_close
+        self._owns_log = owns_log
+        self._closed = False
+
+    @classmethod
+    def standalone(
+        cls,
+        *,
+        key: str,
+        io: SessionIO,
+        state: SessionState,
+        durability: Durability,
+        hash_key: bytes,
+        token_counter: TokenCounter,
+        batch_window: float = 0.0,
+    ) -> SessionWriter:
+        """A writer with a log of its own over ``io`` (closing it closes ``io``)."""
+        log = SessionLog(
+            key=key,
+            io=io,
+            state=state,
+            durability=durability,
+            hash_key=hash_key,
+            token_counter=token_counter,
+            batch_window=batch_window,
+        )
+        return cls(log, owns_log=True)
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called (or the store closed, or the session was deleted)."""
+        return self._closed or self._log.closed
+
+    @property
+    def log(self) -> SessionLog:
+        """The shared log this writer appends to."""
+        return self._log
+
+    @property
+    def _seal(self) -> Callable[[KnownEvent], KnownEvent] | None:
+        return self._log.seal
+
+    @_seal.setter
+    def _seal(self, seal: Callable[[KnownEvent], KnownEvent] | None) -> None:
+        self._log.seal = seal
+
+    @property
+    def _lock(self) -> threading.RLock:
+        return self._log.lock
+
+    def _transaction(self) -> AbstractContextManager[object]:
+        self._check_open()
+        return self._log.transaction()
+
+    def flush(self) -> None:
+        """Make every line written so far durable (an fsync, whatever the durability mode)."""
+        self._check_open()
+        self._log.flush()
+
+    def refresh(self) -> int:
+        """Fold in events other writers appended since this log last looked; return the seq."""
+        self._check_open()
+        return self._log.refresh()
+
+    def close(self) -> None:
+        """Sync what is pending and close this writer; its later appends raise.
+
+        The session's log stays open while the store's other writers of it are.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._owns_log:
+                self._log.close()
+            elif not self._log.closed:
+                self._log.sync_pending()
+        finally:
+            if self._on_close is not None:
+                self._on_close(self)
+
+    def __enter__(self) -> SessionWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed or self._log.closed:
+            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
+
+    def _then(self, result: int, make: Callable[[int], CompactionResult]) -> CompactionResult:
+        return make(result)
+
+    def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        self._check_open()
+        return self._send(draft, expected_seq, event_id)

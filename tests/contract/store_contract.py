@@ -112,6 +112,10 @@ class StoreContract(abc.ABC):
             store.session(key).close()
         return store
 
+    def make_peer(self, store: BaseStore, tmp_path: Path, **kwargs: Any) -> BaseStore:
+        """A second store object over the same sessions, as another process would open them."""
+        return self.make_store(tmp_path, **kwargs)
+
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[BaseStore]:
         store = self.make_store(tmp_path)
@@ -127,7 +131,7 @@ class StoreContract(abc.ABC):
         assert s.seq == 0 and s.state.messages == []
         assert s.state.key == KEY and s.state.metadata == {"channel": "telegram"}
         assert store.exists(KEY) and store.keys() == [KEY]
-        assert store.session(KEY) is s
+        assert store.session(KEY).state is s.state  # one log, many writers
         loaded = store.load(KEY)
         assert loaded.header.key == KEY and loaded.events == []
         assert loaded.state == s.state
@@ -260,6 +264,80 @@ class StoreContract(abc.ABC):
         assert [e.seq for e in events] == list(range(1, 201))
         assert len({e.message["content"] for e in events if isinstance(e, MessageAppended)}) == 200
         store.close()
+
+    # -- many writers, one log: the rule every backend follows -------------------------------
+    #
+    # Any number of store objects (in one process or many) write one session. Each append
+    # first folds in what the others appended, then runs its checks on that state: the seq
+    # follows theirs, ``expected_seq`` is checked against it, a retried id written by another
+    # store is a no-op, and trims, clears and lifecycle changes by others are honoured.
+
+    def test_two_stores_write_one_session_in_turn(self, store: BaseStore, tmp_path: Path) -> None:
+        other = self.make_peer(store, tmp_path)
+        try:
+            a, b = store.session(KEY), other.session(KEY)
+            assert a.append_message("user", "a1") == 1
+            assert b.append_message("user", "b1") == 2
+            assert a.append_message("assistant", "a2") == 3
+            assert [m.message["content"] for m in a.state.messages] == ["a1", "b1", "a2"]
+            with pytest.raises(ConflictError) as info:
+                b.append_message("user", "late", expected_seq=2)
+            assert (info.value.expected, info.value.actual) == (2, 3)
+            assert b.append_message("user", "b2", expected_seq=3) == 4
+            assert a.append_message("user", "once", id="turn-9") == 5
+            assert b.append_message("user", "once", id="turn-9") == 5  # a retry, not a copy
+            b.trim(2, "truncate")
+            assert a.append_message("user", "a3") == 7
+            assert [m.message["content"] for m in a.state.messages] == ["a2", "b2", "once", "a3"]
+            with pytest.raises(InvalidEventError):
+                b.retract(5)  # checked against the state with a3 in it: 4 live messages
+            b.set_lifecycle("idle")
+            a.clear(reason="new")
+            assert b.append_message("user", "fresh") == 10
+            for s in (store, other):
+                state = s.state(KEY)  # reading sees every writer's events, without writing
+                assert state.seq == 10 and state.lifecycle == "idle"
+                assert [m.message["content"] for m in state.messages] == ["fresh"]
+            data = store.read_bytes(KEY)
+            assert verify_chain(data, key=normalize_key(None)).problems == []
+            assert other.read_bytes(KEY) == data
+            assert store.load(KEY).state == other.load(KEY).state == a.state == b.state
+        finally:
+            other.close()
+
+    def test_two_stores_threads_interleave(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path, durability="batch")
+        other = self.make_peer(store, tmp_path, durability="batch")
+        errors: list[BaseException] = []
+
+        def work(target: BaseStore, n: int) -> None:
+            try:
+                for i in range(25):
+                    with target.session(KEY) as w:  # a writer per turn, as a server would
+                        w.append_message("user", f"{n}:{i}", id=f"e-{n}-{i}")
+                        w.append_message("user", f"{n}:{i}", id=f"e-{n}-{i}")  # retried
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=work, args=(s, n))
+            for n, s in enumerate([store, other, store, other])
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        try:
+            assert errors == []
+            data = store.read_bytes(KEY)
+            assert verify_chain(data).problems == []
+            events = decode_log(data).events
+            assert [e.seq for e in events] == list(range(1, 101))
+            got = sorted(e.message["content"] for e in events if isinstance(e, MessageAppended))
+            assert got == sorted(f"{n}:{i}" for n in range(4) for i in range(25))
+        finally:
+            store.close()
+            other.close()
 
     def test_hash_key(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path, hash_key="secret")

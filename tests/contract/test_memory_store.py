@@ -15,3 +15,7 @@ class TestMemoryStore(StoreContract):
 
     def make_store(self, tmp_path: Path, **kwargs: Any) -> BaseStore:
         return MemoryStore(**kwargs)
+
+    def make_peer(self, store: BaseStore, tmp_path: Path, **kwargs: Any) -> BaseStore:
+        assert isinstance(store, MemoryStore)
+        return store.peer()

@@ -6,6 +6,7 @@ that the listing really took the table path (no full scan) before checking what 
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -457,6 +458,7 @@ def test_the_file_is_rewritten_once_its_copy_can_be_trusted(
 
 def test_a_dropped_store_leaves_no_descriptor_open(tmp_path: Path) -> None:
     filled(tmp_path, 2).close()
+    gc.collect()  # stores other tests dropped must not close their descriptors mid-count
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(20):
         store = FileStore(tmp_path, durability="none")

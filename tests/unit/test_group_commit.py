@@ -97,7 +97,7 @@ def _header() -> Header:
 
 
 def _async_writer(io: FakeIO, durability: Durability, window: float = 0.0) -> AsyncSessionWriter:
-    return AsyncSessionWriter(
+    return AsyncSessionWriter.standalone(
         key="k",
         io=io,
         state=initial_state(_header()),
@@ -109,7 +109,7 @@ def _async_writer(io: FakeIO, durability: Durability, window: float = 0.0) -> As
 
 
 def _sync_writer(io: FakeIO, durability: Durability) -> SessionWriter:
-    return SessionWriter(
+    return SessionWriter.standalone(
         key="k",
         io=io,
         state=initial_state(_header()),

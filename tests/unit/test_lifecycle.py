@@ -152,7 +152,7 @@ def test_restore_refuses_to_overwrite(store: BaseStore) -> None:
         store.restore(entry)
 
 
-def test_cleanup_skips_sessions_held_by_another_process(tmp_path: Path) -> None:
+def test_cleanup_skips_sessions_being_written_by_another_process(tmp_path: Path) -> None:
     import subprocess
     import sys
     import textwrap
@@ -166,9 +166,13 @@ def test_cleanup_skips_sessions_held_by_another_process(tmp_path: Path) -> None:
             "-c",
             textwrap.dedent(
                 f"""
-                import sys, time
+                import fcntl, os, sys, time
                 from sessionledger.eventlog import FileStore
-                w = FileStore({str(root)!r}).session("held")
+                store = FileStore({str(root)!r})
+                w = store.session("held")
+                # A write in progress: a writer holds the log's lock only while it writes.
+                fd = os.open(store.path_for("held"), os.O_RDONLY)
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 print("ready", flush=True)
                 time.sleep(30)
                 """

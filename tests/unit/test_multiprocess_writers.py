@@ -110,10 +110,13 @@ def test_two_processes_with_expected_seq(tmp_path: Path) -> None:
 
 
 HOLD = """
-import sys, time
+import fcntl, os, sys, time
 from sessionledger.eventlog import FileStore
-writer = FileStore(sys.argv[1]).session("gateway:1")
+store = FileStore(sys.argv[1])
+writer = store.session("gateway:1")
 writer.append_message("user", "before the crash")
+fd = os.open(store.path_for("gateway:1"), os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)  # stopped in the middle of a write
 print("ready", flush=True)
 time.sleep(60)
 """
@@ -125,7 +128,7 @@ def test_a_lock_held_by_a_killed_process_is_recovered(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        store = FileStore(root)
+        store = FileStore(root, lock_timeout=0)
         with pytest.raises(LockedError, match="gateway:1"):
             store.session(KEY)
         started = time.monotonic()

@@ -367,7 +367,7 @@ def test_bad_input_raises_and_writes_nothing(manager: SessionManager) -> None:
 
 
 def test_save_with_fsync_syncs(manager: SessionManager, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sessionledger.eventlog._filestore as filestore
+    import sessionledger.eventlog._fileio as filestore
 
     calls: list[int] = []
     real = filestore._fsync
@@ -475,7 +475,7 @@ def test_invalidate_drops_unsaved_changes(manager: SessionManager) -> None:
 def test_flush_all_saves_every_cached_session_with_fsync(
     manager: SessionManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sessionledger.eventlog._filestore as filestore
+    import sessionledger.eventlog._fileio as filestore
 
     synced: list[int] = []
     real = filestore._fsync

@@ -24,8 +24,14 @@ WRITER = textwrap.dedent(
     from sessionledger.eventlog import FileStore
     store = FileStore(sys.argv[1], durability=sys.argv[2])
     s = store.session("chat:1")
-    print("ready", flush=True)
+    if sys.argv[3] != "hold":
+        print("ready", flush=True)
     if sys.argv[3] == "hold":
+        # A write in progress: writers hold the log's lock only while they write.
+        import fcntl, os
+        fd = os.open(store.path_for("chat:1"), os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("ready", flush=True)
         time.sleep(60)
     i = 0
     while True:

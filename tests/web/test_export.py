@@ -86,7 +86,7 @@ def test_a_corrupt_log_is_refused() -> None:
     at = data.index(b"Add a day in Nara")
     data[at : at + 3] = b"Sub"
     store = MemoryStore()
-    store._logs[KEY] = data  # planted past the store's own checks
+    store.put_bytes(KEY, bytes(data))  # planted past the store's own checks
     with pytest.raises(CorruptLogError, match="line 9"):
         replay.export_markdown(store, KEY)
     with pytest.raises(CorruptLogError):

@@ -29,6 +29,7 @@ from . import (  # noqa: F401  (they register their benchmarks)
     _read,
     _replay,
     _write,
+    _writers,
     growth,
 )
 from ._core import REGISTRY, Context, Row, load_nanobot, machine

@@ -14,8 +14,9 @@ Invariants:
   them durable (and a log file created by this process gets its directory synced once).
 - A nanobot file is imported at most once (by its file name) and a deleted key is never
   imported again, even if a nanobot file for it is still there.
-- One manager per workspace per process holds the sessions it has open (the store's writer
-  lock); :meth:`SessionManager.close` (or garbage collection) releases them.
+- Any number of managers (in one process or several) may share a workspace: each save locks a
+  log only while it appends, after the other managers' events. :meth:`SessionManager.close`
+  (or garbage collection) releases the logs this one holds open.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sessionledger.eventlog import (
     EventLogError,
     FileStore,
     InvalidEventError,
+    SessionNotFoundError,
     SessionWriter,
 )
 
@@ -135,7 +137,13 @@ class SessionManager:
             self._ensure_imported()
             binding = self._binding(session)
             seq_before = binding.writer.seq
-            appended = self._write_changes(session, binding)
+            try:
+                appended = self._write_changes(session, binding)
+            except SessionNotFoundError:
+                # Another manager deleted it since it was loaded: like nanobot, save anew.
+                binding = self._binding(session)
+                seq_before = binding.writer.seq
+                appended = self._write_changes(session, binding)
             if self.views is not None:
                 self.views.after_save(session, binding, seq_before, appended)
             if fsync:

@@ -1,7 +1,8 @@
 """I/O faults: ENOSPC and EIO at write and at fsync, short writes, on a real file store.
 
-Faults are injected by swapping the two indirections ``eventlog._filestore`` exposes for this
-purpose (``_write`` and ``_fsync``), and ``eventlog._safeio._write`` for side files. What each fault must do (the store's documented contract):
+Faults are injected by swapping the two indirections ``eventlog._fileio`` exposes for this
+purpose (``_write`` and ``_fsync``), and ``eventlog._safeio._write`` for side files. What each
+fault must do (the store's documented contract):
 
 - a failed write, or a short write followed by a failure, raises ``StorageError`` (action
   ``append``); the log is byte for byte what it was (the partial line is cut back), the writer's
@@ -34,7 +35,7 @@ from sessionledger.eventlog import (
     FileStore,
     SessionWriter,
     StorageError,
-    _filestore,
+    _fileio,
     _safeio,
     decode_log,
 )
@@ -52,16 +53,16 @@ FAULTS = WRITE_FAULTS + SYNC_FAULTS
 @contextlib.contextmanager
 def inject(*, write: WriteFn | None = None, fsync: SyncFn | None = None) -> Iterator[None]:
     """Replace the file store's ``write``/``fsync`` for the duration (process-wide)."""
-    saved = (_filestore._write, _filestore._fsync)
+    saved = (_fileio._write, _fileio._fsync)
     if write is not None:
-        setattr(_filestore, "_write", write)  # noqa: B010 - the module's own indirection
+        setattr(_fileio, "_write", write)  # noqa: B010 - the module's own indirection
     if fsync is not None:
-        setattr(_filestore, "_fsync", fsync)  # noqa: B010
+        setattr(_fileio, "_fsync", fsync)  # noqa: B010
     try:
         yield
     finally:
-        setattr(_filestore, "_write", saved[0])  # noqa: B010
-        setattr(_filestore, "_fsync", saved[1])  # noqa: B010
+        setattr(_fileio, "_write", saved[0])  # noqa: B010
+        setattr(_fileio, "_fsync", saved[1])  # noqa: B010
 
 
 @contextlib.contextmanager

@@ -1,0 +1,496 @@
+"""One session log file as a writer holds it: a pooled descriptor and a lock per write.
+
+Invariants:
+- The log's ``flock`` is held for one write (one :meth:`FileIO.transaction`), never between
+  writes. Inside it the writer folds in what others appended (``catch_up``), stages its event
+  against that state, writes and, with ``"always"``, syncs; then the lock is released. A crashed
+  holder keeps nothing: the kernel drops the lock with its descriptors.
+- An append is one ``write`` of whole lines; a failed or short write is cut back with
+  ``ftruncate`` to the size the writer knew, so no partial line is left for a later append.
+- Descriptors are a bounded resource: a :class:`FdPool` keeps at most ``limit`` of them open
+  (least recently used first out). A descriptor in use (a transaction or an fsync) is pinned and
+  never closed under its user; an evicted log reopens its path on next use and checks that it is
+  still the same file (device and inode). ``EMFILE``/``ENFILE`` evict idle descriptors and retry,
+  then raise :class:`StorageError`.
+- A removed log is noticed on the next write: ``unlink`` drops the link count to 0, and the trash
+  clears the owner-write bit (under the lock) before it moves a log away, so a writer whose log
+  lost that bit checks the path. Either way the write raises :class:`SessionNotFoundError`.
+- After ``fork`` the child never uses its parent's descriptors (they share the parent's open file
+  descriptions, hence its locks): it drops them and reloads on next use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import itertools
+import os
+import stat
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ._changes import ChangeTable, slot_of
+from ._errors import LockedError, SessionNotFoundError, StorageError
+from ._fold import SessionState
+from ._safeio import open_regular, read_fd
+
+if TYPE_CHECKING:
+    from ._store import BaseStore
+
+OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+#: The owner-write bit: cleared on a log that is being moved out of the store.
+LIVE_BIT = stat.S_IWUSR
+
+# Indirections the fault-injection tests patch.
+_write = os.write
+_fsync = os.fdatasync if hasattr(os, "fdatasync") else os.fsync
+
+
+def open_nofollow(
+    path: str, flags: int, mode: int = 0o600, *, evict: Callable[[], bool] | None = None
+) -> int:
+    """Open a regular file (see ``_safeio.open_regular``); on EMFILE/ENFILE ``evict`` an idle
+    descriptor of ours and retry, then raise :class:`StorageError`."""
+    while True:
+        try:
+            return open_regular(path, flags, action="open", mode=mode)
+        except StorageError as exc:
+            cause = exc.__cause__
+            full = isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE)
+            if full and evict is not None and evict():
+                continue
+            raise
+
+
+def lock_fd(fd: int, key: str, path: str, timeout: float) -> None:
+    """Take the exclusive ``flock`` on ``fd``, waiting up to ``timeout`` seconds."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    deadline = time.monotonic() + timeout
+    tries = 0
+    while True:
+        # Holders keep the lock for one write (microseconds): yield the processor a few
+        # times, then poll every 50 us, backing off to 1 ms only for a long hold.
+        tries += 1
+        time.sleep(0 if tries <= 8 else min(0.00005 * (1 << min((tries - 8) // 32, 5)), 0.001))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockedError(key, path) from None
+
+
+def unlock_fd(fd: int) -> None:
+    """Release the ``flock`` on ``fd``."""
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def read_all(fd: int) -> bytes:
+    """The whole file behind ``fd`` (read with ``pread`` from offset 0)."""
+    return read_fd(fd, 0)
+
+
+_POOLS: weakref.WeakSet[FdPool] = weakref.WeakSet()
+
+
+class FdPool:
+    """The open descriptors of one store's logs: at most ``limit``, least recently used out.
+
+    Pinning is lock-free on the hot path (the GIL makes ``list.append``/``pop`` atomic): a
+    user appends to ``io.pinners`` and then checks that no eviction is under way; an evictor
+    (under ``mutex``) raises ``io.evicting``, then closes only if nobody is pinned. Either the
+    evictor sees the pin and backs off, or the user sees the eviction and takes the slow path.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.mutex = threading.Lock()
+        self._open: dict[FileIO, None] = {}
+        _POOLS.add(self)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def pin(self, io: FileIO) -> int:
+        """Mark ``io`` in use and return its descriptor, (re)opening it if needed."""
+        pinners = io.pinners
+        pinners.append(None)
+        if not io.evicting:
+            fd = io.fd
+            if fd >= 0:
+                io.used = _tick()
+                return fd
+        pinners.pop()
+        with self.mutex:
+            pinners.append(None)
+            try:
+                if io.fd < 0:
+                    io.reopen(self)
+                    self._open[io] = None
+                    self._trim()
+            except BaseException:
+                pinners.pop()
+                raise
+            io.used = _tick()
+            return io.fd
+
+    def unpin(self, io: FileIO) -> None:
+        """``io`` is no longer in use."""
+        io.pinners.pop()
+
+    def adopt(self, io: FileIO) -> None:
+        """Count ``io``'s already open descriptor."""
+        with self.mutex:
+            io.used = _tick()
+            self._open[io] = None
+            self._trim()
+
+    def forget(self, io: FileIO) -> None:
+        """``io`` closed its descriptor."""
+        with self.mutex:
+            self._open.pop(io, None)
+
+    def evict_idle(self) -> bool:
+        """Close the least recently used idle descriptor; False if none is idle."""
+        with self.mutex:
+            return self._evict_one(keep=None)
+
+    def _trim(self) -> None:
+        while len(self._open) > self.limit and self._evict_one(keep=None):
+            pass
+
+    def _evict_one(self, keep: FileIO | None) -> bool:
+        """With ``mutex`` held: close the idle descriptor used longest ago."""
+        idle = sorted(
+            (io for io in self._open if not io.pinners and io is not keep), key=_last_used
+        )
+        for io in idle:
+            io.evicting = True
+            try:
+                if io.pinners:  # pinned meanwhile: its user goes on with it
+                    continue
+                del self._open[io]
+                io.drop_fd()
+                return True
+            finally:
+                io.evicting = False
+        return False
+
+    def close_all(self) -> None:
+        """Close every descriptor (the store is closing, or was dropped)."""
+        with self.mutex:
+            ios = list(self._open)
+            self._open.clear()
+        for io in ios:
+            io.drop_fd()
+
+    def after_fork(self) -> None:
+        """In a forked child: drop every inherited descriptor without touching its lock."""
+        self.mutex = threading.Lock()
+        ios = list(self._open)
+        self._open.clear()
+        for io in ios:
+            io.forked()
+
+
+_tick = itertools.count().__next__
+
+
+def _last_used(io: FileIO) -> int:
+    return io.used
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_POOLS):
+        pool.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class FileIO:
+    """A session's log file held by a writer: the ``SessionIO`` of the file store."""
+
+    def __init__(
+        self,
+        store: BaseStore,
+        key: str,
+        path: str,
+        fd: int,
+        size: int,
+        ident: tuple[int, int],
+        *,
+        changes: ChangeTable | None,
+        lock_timeout: float,
+    ) -> None:
+        self.name = path
+        self.key = key
+        self.fd = fd
+        #: One entry per user of the descriptor right now (see :class:`FdPool`).
+        self.pinners: list[None] = []
+        self.evicting = False
+        self.used = 0
+        #: Others appended before this writer's last write: fold theirs in before locking.
+        self.contended = False
+        self._store = weakref.proxy(store)  # the store owns this; no cycle to keep it alive
+        self._pool: FdPool | None = None
+        self._size = size
+        self._ident = ident
+        self._changes = changes
+        self._slot = slot_of(os.path.basename(path))
+        self._lock_timeout = lock_timeout
+        self._depth = 0
+        self._locked = True  # opened under the lock (see ``release``)
+        self.stale = False
+        self._state: SessionState | None = None
+
+    # -- the pool ------------------------------------------------------------------------------
+
+    def release(self, pool: FdPool) -> None:
+        """Drop the lock taken for opening; from now on the descriptor is the pool's."""
+        self._locked = False
+        self._pool = pool
+        unlock_fd(self.fd)
+        pool.adopt(self)
+
+    def reopen(self, pool: FdPool) -> None:
+        """Open the path again after an eviction; the log must still be the same file."""
+        try:
+            fd = open_nofollow(self.name, OPEN_FLAGS, evict=lambda: pool._evict_one(keep=self))
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(self.key) from exc
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self._ident:
+            os.close(fd)
+            raise SessionNotFoundError(self.key)
+        self.fd = fd
+
+    def drop_fd(self) -> None:
+        """Close the descriptor (idle: no lock is held on it)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def forked(self) -> None:
+        """In a forked child: forget the parent's descriptor and state; reload on next use."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            # Closing the child's copy leaves the parent's lock and descriptor alone.
+            os.close(fd)
+        self._depth = 0
+        self.pinners = []
+        self.stale = True
+
+    # -- SessionIO -----------------------------------------------------------------------------
+
+    def transaction(self, state: SessionState) -> FileIO:
+        """Lock the log for one write and fold in what other writers appended first."""
+        self._state = state
+        return self
+
+    def append(self, data: bytes) -> None:
+        fd = self.fd
+        view = memoryview(data)
+        try:
+            while view:
+                written = _write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.EIO, "write returned no progress")
+                view = view[written:]
+        except OSError as exc:
+            self._cut_back(exc)
+            raise StorageError(self.name, "append", os.strerror(exc.errno or errno.EIO)) from exc
+        self._size += len(data)
+        if self._changes is not None:
+            self._changes.bump(self._slot)
+
+    def _cut_back(self, cause: OSError) -> None:
+        try:
+            os.ftruncate(self.fd, self._size)
+        except OSError as exc:  # pragma: no cover - the disk refuses even a truncate
+            raise StorageError(
+                self.name, "append", f"{cause}; and cutting back the partial line failed: {exc}"
+            ) from exc
+        finally:
+            if self._changes is not None:
+                self._changes.bump(self._slot)
+
+    def sync(self) -> None:
+        # Group commit syncs outside the lock, maybe while another thread writes: pin always.
+        pool = self._pool
+        fd = self.fd if pool is None else pool.pin(self)
+        try:
+            _fsync(fd)
+        except OSError as exc:
+            raise StorageError(self.name, "fsync", os.strerror(exc.errno or errno.EIO)) from exc
+        finally:
+            if pool is not None:
+                pool.unpin(self)
+
+    def truncate(self, size: int) -> None:
+        try:
+            os.ftruncate(self.fd, size)
+        except OSError as exc:
+            raise StorageError(self.name, "truncate", os.strerror(exc.errno or errno.EIO)) from exc
+        finally:
+            if self._changes is not None:
+                self._changes.bump(self._slot)
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+    def set_size(self, size: int) -> None:
+        """The valid length of the log as this writer now knows it."""
+        self._size = size
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.forget(self)
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)  # also releases the flock, if held
+
+    # -- what catching up needs ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[bool]:
+        """Keep the descriptor open for a read without the lock (False: not usable now)."""
+        pool = self._pool
+        if pool is None or self.stale:
+            yield False
+            return
+        try:
+            pool.pin(self)
+        except (SessionNotFoundError, StorageError, OSError):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            pool.unpin(self)
+
+    def observe(self) -> int:
+        """The log's current length (under the lock); raise if it was removed or replaced."""
+        st = os.fstat(self.fd)
+        if st.st_nlink == 0:
+            raise SessionNotFoundError(self.key)
+        if not st.st_mode & LIVE_BIT:
+            try:
+                now = os.stat(self.name, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise SessionNotFoundError(self.key)
+        return st.st_size
+
+    def read_from(self, offset: int) -> bytes:
+        """The log's bytes from ``offset`` on."""
+        return read_fd(self.fd, offset)
+
+    # -- the transaction -------------------------------------------------------------------------
+
+    def lock(self, blocking: bool) -> bool:
+        """Take the log's lock for one write (False: busy, when not ``blocking``)."""
+        pool = self._pool
+        if pool is None:  # a private descriptor, locked since it was opened
+            return True
+        fd = pool.pin(self)
+        try:
+            if blocking:
+                lock_fd(fd, self.key, self.name, self._lock_timeout)
+            else:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pool.unpin(self)
+                    return False
+        except BaseException:
+            pool.unpin(self)
+            raise
+        self._depth = 1
+        return True
+
+    def prefold(self, state: SessionState) -> None:
+        """Without the lock: fold in the complete lines others appended (when they did lately).
+
+        Keeps the lock's hold short under contention: only what arrives after this read is
+        left to fold under the lock.
+        """
+        if self.contended and self._pool is not None:
+            self._store._catch_up(self.key, self, state, locked=False)
+
+    def catch_up(self, state: SessionState) -> None:
+        """With the lock held: fold into ``state`` what others appended (see the store)."""
+        self._store._catch_up(self.key, self, state, locked=True)
+
+    def unlock(self) -> None:
+        """Release the lock taken by :meth:`lock`."""
+        pool = self._pool
+        self._depth = 0
+        if pool is None:
+            return
+        try:
+            if self.fd >= 0:  # else: found removed, and closed
+                unlock_fd(self.fd)
+        finally:
+            pool.unpin(self)
+
+    def __enter__(self) -> None:
+        # The hot path of every append: pin, lock, one fstat; the store reads only on a change.
+        if self._depth:
+            self._depth += 1
+            return
+        pool = self._pool
+        if pool is None:  # a private descriptor, locked since it was opened
+            self._depth = 1
+            return
+        fd = pool.pin(self)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock_fd(fd, self.key, self.name, self._lock_timeout)
+            self._depth = 1
+            try:
+                st = os.fstat(fd)
+                if (
+                    st.st_size != self._size
+                    or not st.st_nlink
+                    or not st.st_mode & LIVE_BIT
+                    or self.stale
+                ):
+                    assert self._state is not None
+                    self.contended = True
+                    self._store._catch_up(self.key, self, self._state, locked=True)
+                else:
+                    self.contended = False
+            except BaseException:
+                self._depth = 0
+                if self.fd >= 0:  # else: found removed, and closed
+                    unlock_fd(self.fd)
+                raise
+        except BaseException:
+            pool.unpin(self)
+            raise
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._depth > 1 or self._pool is None:
+            self._depth -= 1
+            return
+        self.unlock()
