@@ -41,8 +41,9 @@ import anyio.to_thread
 
 from ._async_writer import AsyncSessionLog, AsyncSessionWriter
 from ._changes import ChangeView
+from ._crypto import Keyring
 from ._errors import StoreClosedError
-from ._events import Event
+from ._events import Event, Header
 from ._filestore import DEFAULT_MAX_OPEN_FILES, FileStore
 from ._fold import SessionState
 from ._keystore import KeyProvider, KeyStore
@@ -445,6 +446,28 @@ class AsyncBaseStore:
 
         return await self._run(run)
 
+    @property
+    def encrypted(self) -> bool:
+        """Whether this store seals the sessions it creates (it has a key provider)."""
+        return self._sync.encrypted
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The store's key provider and key store (None: no encryption)."""
+        return self._sync.keyring
+
+    async def open_header(self, key: str, header: Header) -> Header:
+        """A header read by hand, its sealed values opened (see :meth:`BaseStore.open_header`)."""
+        return await self._run(partial(self._sync.open_header, key, header))
+
+    async def open_events(self, key: str, header: Header, events: list[Event]) -> list[Event]:
+        """Events read by hand, opened as ``load`` opens them (see the sync store)."""
+        return await self._run(partial(self._sync.open_events, key, header, events))
+
+    async def finish_erasures(self, key: str) -> bool:
+        """Destroy keys an interrupted erase or redact left; True if any (see the sync store)."""
+        return await self._run(partial(self._sync.finish_erasures, key))
+
     async def erase(self, key: str, *, by: str | None = None, reason: str | None = None) -> int:
         """Erase a session's content by destroying its keys (see :meth:`BaseStore.erase`)."""
         return await self._privately(key, partial(self._sync.erase, key, by=by, reason=reason))
@@ -585,7 +608,7 @@ class AsyncMemoryStore(AsyncBaseStore):
 
     def peer(self) -> AsyncMemoryStore:
         """Another async store over the same sessions (like a second process)."""
-        other = AsyncMemoryStore(durability=self.durability, hash_key=self.hash_key)
+        other = AsyncMemoryStore(durability=self.durability, hash_key=self.hash_key or None)
         other._memory = self._memory.peer()
         other._sync = other._memory
         return other

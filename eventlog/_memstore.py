@@ -170,7 +170,9 @@ class MemoryStore(BaseStore):
     def peer(self) -> MemoryStore:
         """Another store object over the same sessions (like a second process on one directory)."""
         other = MemoryStore(
-            durability=self.durability, hash_key=self._hash_key, token_counter=self.token_counter
+            durability=self.durability,
+            hash_key=self._hash_key or None,
+            token_counter=self.token_counter,
         )
         other._shared = self._shared
         other._keyring = self._keyring  # the same keys, as a second process would use
