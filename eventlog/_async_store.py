@@ -572,6 +572,10 @@ class AsyncFileStore(AsyncBaseStore):
         """Where ``key``'s snapshot is kept."""
         return self._files.snapshot_path(key)
 
+    async def clean_leftovers(self) -> list[str]:
+        """Remove what crashed processes left (see :meth:`FileStore.clean_leftovers`)."""
+        return await self._run(self._files.clean_leftovers)
+
     async def session_file_metadata(self, key: str) -> Mapping[str, Any]:
         """Size and modification time of ``key``'s log."""
         return await self._run(partial(self._files.session_file_metadata, key))
