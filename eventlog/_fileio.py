@@ -26,6 +26,7 @@ import errno
 import fcntl
 import itertools
 import os
+import resource
 import stat
 import threading
 import time
@@ -113,7 +114,11 @@ class FdPool:
     """
 
     def __init__(self, limit: int) -> None:
-        self.limit = max(1, limit)
+        # Never more than half the process's descriptor limit: the rest stays for everything
+        # else (snapshots, side files, sockets); running out anyway evicts, then raises.
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        ceiling = soft // 2 if soft != resource.RLIM_INFINITY and soft > 0 else limit
+        self.limit = max(1, min(limit, ceiling))
         self.mutex = threading.Lock()
         self._open: dict[FileIO, None] = {}
         _POOLS.add(self)

@@ -133,8 +133,8 @@ class FileStore(BaseStore):
         key_provider: encrypt the sessions this store creates, with data keys wrapped by this
             provider's master key (e.g. :class:`LocalKeyFile`); see docs/privacy.md.
         key_store: where the wrapped data keys live (default: ``root/.keys``).
-        max_open_files: most log descriptors kept open for writers (least recently used are
-            closed, and reopened on their next append).
+        max_open_files: most log descriptors kept open for writers, and never more than half
+            the process's limit (least recently used are closed, and reopened on next append).
     """
 
     def __init__(

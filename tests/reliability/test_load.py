@@ -40,8 +40,9 @@ def test_no_event_lost_duplicated_or_interleaved_under_load(tmp_path: Path) -> N
     assert figures["sessions"] == 5
     assert all(n > 20 for n in figures["by_session"].values()), figures["by_session"]
     assert figures["shared_turns"] > 20
-    # The killed worker may have written one line per session it was in without reporting it.
-    assert 0 <= figures["events_in_logs"] - figures["acknowledged"] <= 3
+    # The killed worker may have written one line per thread or task without reporting it
+    # (each has at most one append in flight: written, not yet returned).
+    assert 0 <= figures["events_in_logs"] - figures["acknowledged"] <= 4
     assert figures["lost"] == 0
 
 

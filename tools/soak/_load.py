@@ -2,10 +2,10 @@
 
 The harness forks worker processes (sync workers run threads, async workers run anyio tasks on
 asyncio). Each appends for a fixed time to its own session (one writer shared by its threads or
-tasks) and takes turns on a few shared sessions (a store object per thread or task, so the
-``flock`` writer lock makes them wait their turn, bounded by ``lock_timeout``). Every append is
-reported on a pipe after the call returned. Half way through, one worker is SIGKILLed, possibly
-while it holds a shared session's lock or is mid-append; the others must get the lock and carry on.
+tasks) and writes turns on a few shared sessions (a store object per thread or task; each
+append takes the log's ``flock`` for that one write, bounded by ``lock_timeout``). Every append
+is reported on a pipe after the call returned. Half way through, one worker is SIGKILLed,
+possibly mid-append with the lock held; the others must get the lock and carry on.
 
 Afterwards ``replay.recover`` must find nothing wrong, and in every session each acknowledged
 event is present exactly once at its acknowledged seq, seqs are contiguous, and verify passes.
