@@ -315,6 +315,8 @@ class FileStore(BaseStore):
             st = os.stat(path, follow_symlinks=False)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise storage_error(path, "stat", exc) from exc
         if stat.S_ISLNK(st.st_mode):
             raise UnsafePathError(path, "it is a symlink")
         if not stat.S_ISREG(st.st_mode):

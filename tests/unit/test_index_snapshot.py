@@ -15,6 +15,7 @@ from sessionledger.eventlog import (
     CorruptLogError,
     FileStore,
     LocalKeyFile,
+    StorageError,
     UnsafePathError,
     _fileindex,
     _filestore,
@@ -226,6 +227,13 @@ def test_exists_is_a_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     os.mkdir(store.path_for("dir"))
     with pytest.raises(UnsafePathError):
         store.exists("dir")
+
+    def eio(*args: object, **kwargs: object) -> os.stat_result:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "stat", eio)
+    with pytest.raises(StorageError, match="Input/output error"):
+        store.exists(KEY)
 
 
 def test_delete_and_trash_remove_the_index_files(tmp_path: Path) -> None:
