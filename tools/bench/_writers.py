@@ -99,7 +99,7 @@ CHILD = textwrap.dedent(
     store = FileStore(root, durability="batch", lock_timeout=60)
     w = store.session("bench:shared")
     message = {"role": "user", "content": "x" * 200}
-    line = b'{"content":"' + b"x" * 260 + b'"}\n'
+    line = b'{"content":"' + b"x" * 260 + b'"}\\n'
     fd = os.open(os.path.join(root, "raw.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     print("ready", flush=True)
     while not os.path.exists(go):
