@@ -10,6 +10,7 @@ import copy
 from typing import Any
 from unittest import mock
 
+import nanobot.config.schema  # noqa: F401  # first: nanobot 0.2.2 needs this import order
 import nanobot.session.manager as nb
 import pytest
 from hypothesis import given, settings

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import nanobot.config.schema  # noqa: F401  # first: nanobot 0.2.2 needs this import order
 import nanobot.session.manager as nb
 import pytest
 

@@ -38,6 +38,9 @@ def nanobot_module() -> Any | None:
         _missing = True
         return None
     try:
+        # nanobot 0.2.2's config models stay half-built (pydantic "not fully defined") when its
+        # session manager is imported before them: import them first, as nanobot itself does.
+        importlib.import_module("nanobot.config.schema")
         return importlib.import_module(NANOBOT_MODULE)
     except Exception:  # a broken nanobot install: behave as without it
         _missing = True

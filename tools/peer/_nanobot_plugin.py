@@ -14,6 +14,7 @@ from ._swap import swap
 
 def pytest_configure(config: pytest.Config) -> None:
     """Swap the classes before nanobot's test modules import them."""
+    import nanobot.config.schema  # noqa: F401  # first, as nanobot's own imports order it
     import nanobot.session.manager as theirs
 
     swap(theirs.Session, Session)
