@@ -662,7 +662,10 @@ def test_after_any_edits_and_save_the_log_equals_the_session(data: st.DataObject
             before = now
             state = manager.store.state("k")
             assert state.message_dicts == session.messages
-            assert state.metadata == session.metadata
+            # A stale session.updated_at (more than 1 s from the last event, as a slow run
+            # makes it) is kept under its hidden key, never in session.metadata.
+            shown = {k: v for k, v in state.metadata.items() if k != "_nanobot_updated_at"}
+            assert shown == session.metadata
             assert state.last_consolidated == session.last_consolidated
             assert session.get_history(max_messages=5) == history
 
