@@ -1,4 +1,8 @@
-"""The write side: event types, the line codec and hash chain, the fold, stores and writers.
+"""The write side: event types, the fold, stores and writers: what applications use.
+
+The sibling packages' plumbing is public one level down: :mod:`sessionledger.eventlog.codec`
+(line codec and hash chain) and :mod:`sessionledger.eventlog.backend` (log scans, view storage,
+catalog columns, key stems).
 
 >>> from sessionledger.eventlog import MemoryStore
 >>> store = MemoryStore()
@@ -11,22 +15,7 @@
 
 from ._async_store import AsyncBaseStore, AsyncFileStore, AsyncMemoryStore
 from ._async_writer import AsyncSessionWriter
-from ._codec import (
-    SUFFIX_LEN,
-    ZERO_HASH,
-    ChainCheck,
-    Decoded,
-    LineDecoder,
-    Problem,
-    TornTail,
-    chain_hash,
-    decode_log,
-    encode_line,
-    encode_lines,
-    normalize_key,
-    split_hash,
-    verify_chain,
-)
+from ._codec import decode_log, verify_chain
 from ._copy import CopiedSession, CopyReport, copy_store
 from ._errors import (
     ConflictError,
@@ -79,7 +68,6 @@ from ._fold import (
     apply,
     fold,
     initial_state,
-    preview_candidates,
     state_enc_hook,
 )
 from ._idindex import IdIndex
@@ -87,20 +75,17 @@ from ._keystore import FileKeyStore, KeyProvider, KeyStore, LocalKeyFile, Memory
 from ._lifecycle import CleanupReport, EndHook, TrashEntry, workspace_key, workspace_prefix
 from ._memstore import MemoryStore
 from ._msgindex import MessageList
-from ._names import key_to_stem, stem_to_key
-from ._pg_common import CatalogRecord
 from ._pg_io import CommitUnknownError
 from ._pg_schema import SchemaVersionError
 from ._portable import portable, to_data
 from ._postgres import PostgresStore
 from ._postgres_async import AsyncPostgresStore
-from ._safeio import read_regular_file
 from ._store import BaseStore
 from ._store_types import CutReport, LoadedLog, OpenReport, Store
 from ._tokens import AGENTS_ITEM_KEY, TiktokenCounter, TokenCounter, estimate_tokens
-from ._views import LogStat, SnapshotStatus, ViewStorage
+from ._views import SnapshotStatus
 from ._writeapi import CompactionResult
-from ._writer import DURABILITIES, Durability, SessionIO, SessionWriter, new_event_id
+from ._writer import DURABILITIES, Durability, SessionWriter
 
 __all__ = (
     "AGENTS_ITEM_KEY",
@@ -110,18 +95,14 @@ __all__ = (
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "LIFECYCLE_STATES",
-    "SUFFIX_LEN",
     "TRIM_REASONS",
     "WITHHELD",
-    "ZERO_HASH",
     "AsyncBaseStore",
     "AsyncFileStore",
     "AsyncMemoryStore",
     "AsyncPostgresStore",
     "AsyncSessionWriter",
     "BaseStore",
-    "CatalogRecord",
-    "ChainCheck",
     "CleanupReport",
     "Cleared",
     "CommitUnknownError",
@@ -135,7 +116,6 @@ __all__ = (
     "CopyReport",
     "CorruptLogError",
     "CutReport",
-    "Decoded",
     "Durability",
     "EndHook",
     "EndReason",
@@ -154,11 +134,9 @@ __all__ = (
     "KnownEvent",
     "LifecycleChanged",
     "LifecycleState",
-    "LineDecoder",
     "LoadedLog",
     "LocalKeyFile",
     "LockedError",
-    "LogStat",
     "MemoryKeyStore",
     "MemoryStore",
     "MessageAppended",
@@ -168,11 +146,9 @@ __all__ = (
     "NotALogError",
     "OpenReport",
     "PostgresStore",
-    "Problem",
     "Redacted",
     "Retracted",
     "SchemaVersionError",
-    "SessionIO",
     "SessionNotFoundError",
     "SessionState",
     "SessionWriter",
@@ -182,7 +158,6 @@ __all__ = (
     "StoreClosedError",
     "TiktokenCounter",
     "TokenCounter",
-    "TornTail",
     "TrashEntry",
     "TrimReason",
     "Trimmed",
@@ -190,25 +165,14 @@ __all__ = (
     "UnsafePathError",
     "UsageRecorded",
     "UsageTotals",
-    "ViewStorage",
     "apply",
-    "chain_hash",
     "copy_store",
     "decode_log",
-    "encode_line",
-    "encode_lines",
     "estimate_tokens",
     "fold",
     "initial_state",
-    "key_to_stem",
-    "new_event_id",
-    "normalize_key",
     "portable",
-    "preview_candidates",
-    "read_regular_file",
-    "split_hash",
     "state_enc_hook",
-    "stem_to_key",
     "to_data",
     "verify_chain",
     "workspace_key",

@@ -40,7 +40,8 @@ from typing import Final, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from sessionledger.eventlog import BaseStore, InvalidEventError, LogStat
+from sessionledger.eventlog import BaseStore, InvalidEventError
+from sessionledger.eventlog.backend import LogStat
 
 from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_catalog, replace_rows
 from ._catalog_log import name_for, read_entry

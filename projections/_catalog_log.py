@@ -17,18 +17,16 @@ import msgspec
 
 from sessionledger.eventlog import (
     FORMAT_NAME,
-    ZERO_HASH,
     BaseStore,
     CorruptLogError,
     EventLogError,
     Header,
-    LogStat,
     SessionNotFoundError,
-    chain_hash,
     initial_state,
-    split_hash,
     verify_chain,
 )
+from sessionledger.eventlog.backend import LogStat
+from sessionledger.eventlog.codec import ZERO_HASH, chain_hash, split_hash
 
 from ._catalog_file import Entry, entry_of
 from ._catalog_row import Row, advance, chains_from, last_hash, row_from_state

@@ -33,10 +33,9 @@ from sessionledger.eventlog import (
     Retracted,
     SessionState,
     Trimmed,
-    chain_hash,
     portable,
-    split_hash,
 )
+from sessionledger.eventlog.codec import chain_hash, split_hash
 
 from ._conversation_row import ConversationInfo, ended_rows
 from ._sanitize import preview_text

@@ -34,11 +34,11 @@ from sessionledger.eventlog import (
     BaseStore,
     Cleared,
     InvalidEventError,
-    LineDecoder,
     MessageAppended,
     SessionNotFoundError,
     portable,
 )
+from sessionledger.eventlog.codec import LineDecoder
 
 from ._sanitize import content_text
 from ._sdk_items import sdk_item

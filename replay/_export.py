@@ -28,9 +28,8 @@ from sessionledger.eventlog import (
     EventLogError,
     SessionState,
     decode_log,
-    key_to_stem,
-    read_regular_file,
 )
+from sessionledger.eventlog.backend import key_to_stem, read_regular_file
 
 from ._views import where
 

@@ -23,7 +23,8 @@ from typing import Any, Final, Union, get_args, get_origin
 
 import msgspec
 
-from sessionledger.eventlog import EVENT_TYPES, FORMAT_NAME, ZERO_HASH, Header, KnownEvent
+from sessionledger.eventlog import EVENT_TYPES, FORMAT_NAME, Header, KnownEvent
+from sessionledger.eventlog.codec import ZERO_HASH
 
 _HASH_OPEN: Final = b',"h":"'
 _HASH_CLOSE: Final = b'"}'

@@ -23,7 +23,8 @@ from typing import NamedTuple, Protocol, Self, runtime_checkable
 import anyio
 import anyio.to_thread
 
-from sessionledger.eventlog import ZERO_HASH, BaseStore, CorruptLogError, Event, Header, LineDecoder
+from sessionledger.eventlog import BaseStore, CorruptLogError, Event, Header
+from sessionledger.eventlog.codec import ZERO_HASH, LineDecoder
 
 from ._views import where
 

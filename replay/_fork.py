@@ -25,9 +25,9 @@ from sessionledger.eventlog import (
     InvalidEventError,
     KnownEvent,
     MessageAppended,
-    encode_lines,
-    new_event_id,
 )
+from sessionledger.eventlog.backend import new_event_id
+from sessionledger.eventlog.codec import encode_lines
 
 from ._timetravel import state_at
 

@@ -30,9 +30,9 @@ from sessionledger.eventlog import (
     MessageAppended,
     StorageError,
     UnsafePathError,
-    encode_lines,
-    read_regular_file,
 )
+from sessionledger.eventlog.backend import read_regular_file
+from sessionledger.eventlog.codec import encode_lines
 
 from ._errors import ForeignFormatError
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
-from sessionledger.eventlog import ZERO_HASH, portable
+from sessionledger.eventlog import portable
+from sessionledger.eventlog.codec import ZERO_HASH
 
 
 class Finding(NamedTuple):

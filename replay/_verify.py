@@ -19,13 +19,12 @@ from typing import Any
 from sessionledger.eventlog import (
     FORMAT_VERSION,
     BaseStore,
-    Decoded,
     FileStore,
     Header,
     SessionNotFoundError,
     decode_log,
-    normalize_key,
 )
+from sessionledger.eventlog.codec import Decoded, normalize_key
 
 from ._fastscan import scan
 from ._report import Finding, SessionVerify, VerifyReport

@@ -39,9 +39,9 @@ from sessionledger.eventlog import (
     StoreClosedError,
     Trimmed,
     decode_log,
-    normalize_key,
     verify_chain,
 )
+from sessionledger.eventlog.codec import normalize_key
 
 KEY = "telegram:42"
 

@@ -223,8 +223,9 @@ def test_history_window_reads_only_what_it_shows(tmp_path: Path) -> None:
 def test_a_planted_session_id_names_no_file(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from sessionledger.eventlog import ZERO_HASH, Header, encode_line
+    from sessionledger.eventlog import Header
     from sessionledger.eventlog._crypto import SEALING
+    from sessionledger.eventlog.codec import ZERO_HASH, encode_line
 
     store = encrypted_store(tmp_path)
     store.session("real").append_message("user", "x")

@@ -19,16 +19,15 @@ from sessionledger.eventlog import (
     Header,
     KnownEvent,
     LifecycleChanged,
-    LineDecoder,
     MessageAppended,
     MetadataChanged,
     Retracted,
     Trimmed,
     UsageRecorded,
     decode_log,
-    encode_lines,
     verify_chain,
 )
+from sessionledger.eventlog.codec import LineDecoder, encode_lines
 
 texts = st.text(max_size=30)
 json_scalars = (

@@ -15,7 +15,8 @@ import tracemalloc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionledger.eventlog import LineDecoder, MemoryStore, decode_log, normalize_key
+from sessionledger.eventlog import MemoryStore, decode_log
+from sessionledger.eventlog.codec import LineDecoder, normalize_key
 from sessionledger.tools.soak._fuzz import (
     KEY,
     SECRET,

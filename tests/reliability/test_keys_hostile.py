@@ -14,8 +14,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sessionledger.eventlog import FileStore, InvalidEventError, key_to_stem, stem_to_key
+from sessionledger.eventlog import FileStore, InvalidEventError
 from sessionledger.eventlog._filestore import LOG_SUFFIX, QUARANTINE_SUFFIX, SNAPSHOT_SUFFIX
+from sessionledger.eventlog.backend import key_to_stem, stem_to_key
 
 SETTINGS = settings(max_examples=300, deadline=None)
 PIECES = [

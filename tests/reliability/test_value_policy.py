@@ -26,9 +26,9 @@ from sessionledger.eventlog import (
     MemoryStore,
     SessionWriter,
     decode_log,
-    encode_line,
 )
 from sessionledger.eventlog._values import LINE_MAX_DEPTH, MAX_DEPTH, nesting
+from sessionledger.eventlog.codec import encode_line
 
 
 class Colour(enum.Enum):

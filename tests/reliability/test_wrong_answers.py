@@ -24,8 +24,8 @@ from sessionledger.eventlog import (
     MessageAppended,
     NewerFormatError,
     StorageError,
-    encode_lines,
 )
+from sessionledger.eventlog.codec import encode_lines
 
 SECRET = "the secret"
 

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionledger.eventlog import BaseStore, FileStore, LogStat, MemoryStore, SessionWriter
+from sessionledger.eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
 from sessionledger.eventlog import _changes as changes
+from sessionledger.eventlog.backend import LogStat
 from sessionledger.projections import (
     CatalogFilter,
     SessionID,

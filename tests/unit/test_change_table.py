@@ -17,7 +17,7 @@ import pytest
 from test_catalog import expected
 
 import sessionledger.projections._catalog as catalog_module
-from sessionledger.eventlog import FileStore, LogStat, MemoryStore
+from sessionledger.eventlog import FileStore, MemoryStore
 from sessionledger.eventlog import _changes as changes
 from sessionledger.eventlog._changes import (
     CHANGES_NAME,
@@ -31,6 +31,7 @@ from sessionledger.eventlog._changes import (
     valid_table,
     view_of,
 )
+from sessionledger.eventlog.backend import LogStat
 from sessionledger.projections import list_sessions, rebuild_catalog
 
 ROOT = Path(__file__).resolve().parents[2]

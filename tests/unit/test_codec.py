@@ -10,27 +10,29 @@ import msgspec
 import pytest
 
 from sessionledger.eventlog import (
-    SUFFIX_LEN,
-    ZERO_HASH,
     Cleared,
     Compacted,
     Consolidated,
     Header,
     KnownEvent,
     LifecycleChanged,
-    LineDecoder,
     MessageAppended,
     MetadataChanged,
     Retracted,
     Trimmed,
     UnknownEvent,
-    chain_hash,
     decode_log,
+    verify_chain,
+)
+from sessionledger.eventlog.codec import (
+    SUFFIX_LEN,
+    ZERO_HASH,
+    LineDecoder,
+    chain_hash,
     encode_line,
     encode_lines,
     normalize_key,
     split_hash,
-    verify_chain,
 )
 
 TS = datetime(2026, 11, 25, 10, 0, 0, 123456, tzinfo=UTC)

@@ -26,8 +26,8 @@ from sessionledger.eventlog import (
     SessionNotFoundError,
     UnknownEvent,
     decode_log,
-    encode_lines,
 )
+from sessionledger.eventlog.codec import encode_lines
 from sessionledger.projections import ConversationInfo, list_conversations, list_sessions
 
 KEY = "agent:telegram:42"

@@ -28,10 +28,10 @@ from sessionledger.eventlog import (
     SessionNotFoundError,
     UnknownEvent,
     UnsafePathError,
-    chain_hash,
     decode_log,
     verify_chain,
 )
+from sessionledger.eventlog.codec import chain_hash
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 

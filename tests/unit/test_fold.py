@@ -9,7 +9,6 @@ import msgspec
 import pytest
 
 from sessionledger.eventlog import (
-    ZERO_HASH,
     Cleared,
     Compacted,
     Compaction,
@@ -27,6 +26,7 @@ from sessionledger.eventlog import (
     fold,
     initial_state,
 )
+from sessionledger.eventlog.codec import ZERO_HASH
 
 T0 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 

@@ -23,11 +23,11 @@ from sessionledger.eventlog import (
     StorageError,
     StoreClosedError,
     decode_log,
-    encode_line,
     initial_state,
 )
 from sessionledger.eventlog._codec import ZERO_HASH
 from sessionledger.eventlog._writer import Durability
+from sessionledger.eventlog.codec import encode_line
 
 
 class FakeIO:

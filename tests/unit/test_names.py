@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionledger.eventlog import InvalidEventError, key_to_stem, stem_to_key
+from sessionledger.eventlog import InvalidEventError
 from sessionledger.eventlog._names import MAX_STEM
+from sessionledger.eventlog.backend import key_to_stem, stem_to_key
 
 SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789-_~")
 

@@ -62,7 +62,8 @@ def test_repair_of_a_torn_tail_and_of_repeated_ids() -> None:
         s.append_message("user", "a", id="x")
         s.append_message("user", "b", id="y")
     raw = store.read_bytes("dup")
-    from sessionledger.eventlog import decode_log, encode_lines
+    from sessionledger.eventlog import decode_log
+    from sessionledger.eventlog.codec import encode_lines
 
     decoded = decode_log(raw)
     import msgspec

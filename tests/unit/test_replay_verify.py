@@ -11,15 +11,14 @@ from replay_sample import KEY, build_sample
 
 from sessionledger import replay
 from sessionledger.eventlog import (
-    ZERO_HASH,
     FileStore,
     Header,
     MemoryStore,
     MessageAppended,
     NotALogError,
     SessionNotFoundError,
-    encode_lines,
 )
+from sessionledger.eventlog.codec import ZERO_HASH, encode_lines
 
 
 def sample_bytes() -> bytes:

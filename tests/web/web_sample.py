@@ -6,14 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from sessionledger.eventlog import (
-    BaseStore,
-    Event,
-    MemoryStore,
-    MessageAppended,
-    decode_log,
-    encode_lines,
-)
+from sessionledger.eventlog import BaseStore, Event, MemoryStore, MessageAppended, decode_log
+from sessionledger.eventlog.codec import encode_lines
 
 KEY = "telegram:42"
 T0 = datetime(2026, 11, 25, 9, 0, 0, tzinfo=UTC)

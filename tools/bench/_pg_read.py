@@ -127,16 +127,15 @@ def populate(server: str, name: str, sessions: int) -> None:
     from psycopg import sql
 
     from sessionledger.eventlog import (
-        ZERO_HASH,
         Header,
         LifecycleChanged,
         MessageAppended,
         PostgresStore,
-        encode_line,
         estimate_tokens,
         fold,
     )
     from sessionledger.eventlog._pg_common import catalog_values, key_parts
+    from sessionledger.eventlog.codec import ZERO_HASH, encode_line
 
     PostgresStore(server, schema=name).close()  # create the schema
     start = datetime(2026, 1, 1, tzinfo=UTC)

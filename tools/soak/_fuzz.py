@@ -25,13 +25,11 @@ from pathlib import Path
 from types import FrameType
 
 from sessionledger import replay
-from sessionledger.eventlog import (
+from sessionledger.eventlog import EventLogError, MemoryStore, decode_log
+from sessionledger.eventlog.codec import (
     ZERO_HASH,
-    EventLogError,
     LineDecoder,
-    MemoryStore,
     chain_hash,
-    decode_log,
     normalize_key,
     split_hash,
 )

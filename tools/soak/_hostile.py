@@ -42,8 +42,8 @@ from sessionledger.eventlog import (
     InvalidEventError,
     MessageAppended,
     StorageError,
-    encode_lines,
 )
+from sessionledger.eventlog.codec import encode_lines
 
 from ._checks import claim
 from ._faults import failing, inject_side

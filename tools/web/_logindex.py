@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from sessionledger.eventlog import (
-    ZERO_HASH,
     BaseStore,
     CorruptLogError,
     Event,
@@ -39,8 +38,8 @@ from sessionledger.eventlog import (
     UnsafePathError,
     apply,
     decode_log,
-    split_hash,
 )
+from sessionledger.eventlog.codec import ZERO_HASH, split_hash
 from sessionledger.replay import FollowPoint
 
 MAX_LOGS = 16
