@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Final, assert_never
+from typing import Any, assert_never
 
 import msgspec
 
@@ -59,6 +59,7 @@ from ._events import (
 from ._idindex import IdIndex
 from ._msgindex import MessageList
 from ._portable import portable
+from ._preview import preview_candidates
 
 
 @portable("tokens_saved")
@@ -114,7 +115,7 @@ class EndedConversation(msgspec.Struct, kw_only=True):
     messages: int
     ended_at: datetime
     #: Its metadata title when it ended, its live tokens, and the leading user/assistant
-    #: messages the preview is chosen from (see :func:`preview_candidates`).
+    #: messages the preview is chosen from (see ``preview_candidates``).
     title: str = ""
     tokens: int = 0
     preview: list[dict[str, Any]] = []
@@ -186,55 +187,6 @@ class SessionState(msgspec.Struct, kw_only=True):
     def message_dicts(self) -> list[dict[str, Any]]:
         """The live messages as the dicts they were appended as."""
         return [m.message for m in self.messages]
-
-
-#: How many leading live messages are kept for a preview, and how much text of each.
-PREVIEW_MESSAGES: Final = 8
-PREVIEW_CHARS: Final = 2000
-
-
-def _preview_message(message: dict[str, Any]) -> dict[str, Any]:
-    content = message.get("content")
-    if isinstance(content, str) and len(content) > PREVIEW_CHARS:
-        content = content[:PREVIEW_CHARS]
-    elif isinstance(content, list):
-        content = [
-            {"type": "text", "text": str(p.get("text", ""))[:PREVIEW_CHARS]}
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
-        ]
-    return {"role": message.get("role"), "content": content}
-
-
-def _has_text(content: Any) -> bool:
-    if isinstance(content, str):
-        return bool(content.strip())
-    if isinstance(content, list):
-        return any(
-            isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip()
-            for p in content
-        )
-    return False
-
-
-def preview_candidates(messages: Iterable[MessageAppended]) -> list[dict[str, Any]]:
-    """The leading user and assistant messages a preview is chosen from (text cut short).
-
-    Up to the first user message with text, at most :data:`PREVIEW_MESSAGES`, text cut to
-    :data:`PREVIEW_CHARS`; the read side picks the preview from them with its own rules.
-    """
-    candidates: list[dict[str, Any]] = []
-    for event in messages:
-        message = event.message
-        role = message.get("role")
-        if role not in ("user", "assistant"):
-            continue
-        candidates.append(_preview_message(message))
-        if (role == "user" and _has_text(message.get("content"))) or len(
-            candidates
-        ) >= PREVIEW_MESSAGES:
-            break
-    return candidates
 
 
 def state_enc_hook(obj: object) -> object:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ._errors import EventLogError, StorageError
-from ._fold import EndedConversation, SessionState, preview_candidates
+from ._fold import EndedConversation, SessionState
 from ._pg_schema import channel_name
+from ._preview import preview_candidates
 
 if TYPE_CHECKING:
     import psycopg
@@ -219,9 +220,8 @@ class CatalogValues:
 def catalog_values(state: SessionState) -> CatalogValues:
     """The catalog columns of ``state``.
 
-    ``preview`` keeps the first live user and assistant messages up to the first user message
-    with text (at most :data:`eventlog._fold.PREVIEW_MESSAGES`, text cut to :data:`eventlog._fold.PREVIEW_CHARS`), so the
-    read side computes the preview with its own rules from them.
+    ``preview`` keeps the preview's candidates (``preview_candidates``): the read side runs the
+    same preview rule over them.
     """
     # An encrypted session: the catalog columns keep no title, metadata, preview or summary.
     candidates = [] if state.sealed else preview_candidates(state.messages)

@@ -13,7 +13,7 @@ Invariants:
 - The state in a snapshot was folded from decoded log lines (never from a writer's in-memory
   objects), so restoring it gives exactly what folding the log gives.
 - Opening checks the lines after the snapshot like any other line; corruption *before* the
-  snapshot is found by ``verify`` and ``recover``, which read everything (see DESIGN.md).
+  snapshot is found by ``verify`` and ``recover``, which read everything.
 - Live messages are stored apart from the rest of the state, as their JSON bytes (msgpack
   ``bin``), and decoded into dicts only when read: restoring a long session costs a copy of
   each message's bytes, not a parse (format version 2; version 1 snapshots are rebuilt).
@@ -135,6 +135,34 @@ def encode_snapshot(snapshot: Snapshot, key: bytes = b"") -> bytes:
     )
     body = _MAGIC + _encoder.encode(flat)
     return body + _digest(body, key)
+
+
+class _Anchor(msgspec.Struct):
+    """The anchor fields of a stored snapshot (its state is skipped, not decoded)."""
+
+    key: str = ""
+    seq: int = -1
+    head: str = ""
+
+
+_anchor = msgspec.msgpack.Decoder(_Anchor)
+
+
+def peek_snapshot(data: bytes, session: str) -> tuple[int, str] | None:
+    """The seq and head a stored snapshot of ``session`` records, read without its state.
+
+    Cheap, and unchecked: the digest is not verified (a damaged snapshot can at worst give a
+    false alarm when compared with the log). None when ``data`` cannot be read this way.
+    """
+    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + _DIGEST:
+        return None
+    try:
+        anchor = _anchor.decode(memoryview(data)[len(_MAGIC) : -_DIGEST])
+    except msgspec.DecodeError:
+        return None
+    if anchor.key != session or anchor.seq < 0 or not anchor.head:
+        return None
+    return anchor.seq, anchor.head
 
 
 def decode_snapshot(data: bytes, session: str, key: bytes = b"") -> Snapshot:

@@ -1,5 +1,13 @@
 """The read side: LLM history, session catalog, snapshots and stats, all derived from the log."""
 
+from sessionledger.eventlog.preview import (
+    PREVIEW_MAX_CHARS,
+    content_text,
+    preview_text,
+    sanitize_assistant_text,
+    session_preview,
+)
+
 from ._catalog import (
     CatalogFilter,
     CatalogQuery,
@@ -23,14 +31,7 @@ from ._history import (
     history_with_tokens,
 )
 from ._orphans import declared_call_ids, legal_start, orphaned_tool_indices
-from ._sanitize import (
-    PREVIEW_MAX_CHARS,
-    content_text,
-    image_breadcrumb,
-    preview_text,
-    sanitize_assistant_text,
-    session_preview,
-)
+from ._sanitize import image_breadcrumb
 from ._sdk_items import describe_item, item_call, sdk_item
 from ._search import SearchHit, drop_search, rebuild_search, refresh_search, search, searchable_text
 from ._session_id import SessionID

@@ -36,13 +36,15 @@ from sessionledger.eventlog import (
     portable,
 )
 from sessionledger.eventlog.codec import chain_hash, split_hash
+from sessionledger.eventlog.preview import (
+    NO_PREVIEW,
+    USER_PREVIEW,
+    may_change,
+    preview_step,
+    preview_with_role,
+)
 
 from ._conversation_row import ConversationInfo, ended_rows
-from ._sanitize import preview_text
-
-NO_PREVIEW: Final = 0
-ASSISTANT_PREVIEW: Final = 1
-USER_PREVIEW: Final = 2
 
 
 @portable()
@@ -158,11 +160,7 @@ def row_from_state(state: SessionState, offset: int) -> Row:
     title = meta.get("title")
     meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None
     compaction = state.compaction.summary if state.compaction is not None else None
-    preview, role = "", NO_PREVIEW
-    for event in state.messages:
-        preview, role = _consider(event.message, preview, role)
-        if role == USER_PREVIEW:
-            break
+    preview, role = preview_with_role(event.message for event in state.messages)
     info = SessionInfo(
         key=state.key,
         title=title if isinstance(title, str) else "",
@@ -182,18 +180,6 @@ def row_from_state(state: SessionState, offset: int) -> Row:
     )
     ended = ended_rows(state.key, state.created_at, state.ended)
     return Row(info, offset, role, meta_summary, compaction, ended)
-
-
-def _consider(message: Any, preview: str, role: int) -> tuple[str, int]:
-    """The preview after one more message (the first user text wins; else the first assistant)."""
-    if not isinstance(message, dict):
-        return preview, role
-    who = message.get("role")
-    if who == "user" or (who == "assistant" and role == NO_PREVIEW):
-        text = preview_text(message)
-        if text:
-            return text, USER_PREVIEW if who == "user" else ASSISTANT_PREVIEW
-    return preview, role
 
 
 def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
@@ -226,10 +212,13 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
         if peek.type == "message":
             messages += 1
             tokens += peek.tokens
-            if role != USER_PREVIEW and peek.message:
-                who = _peek_role(peek.message).role
-                if who == "user" or (who == "assistant" and role == NO_PREVIEW):
-                    preview, role = _consider(_decode_dict(peek.message), preview, role)
+            # the role is peeked first: most messages cannot change the preview
+            if (
+                role != USER_PREVIEW
+                and peek.message
+                and may_change(_peek_role(peek.message).role, role)
+            ):
+                preview, role = preview_step(_decode_dict(peek.message), preview, role)
             continue
         if lines is None:
             lines = data[:end].split(b"\n")

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
 from sessionledger.eventlog import EndedConversation, portable
-
-from ._sanitize import preview_text
+from sessionledger.eventlog.preview import session_preview
 
 #: The ``state`` of a conversation that ended inside its session's log.
 ENDED = "ended"
@@ -54,22 +52,6 @@ class ConversationInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     resumed_from: int | None = None
 
 
-def pick_preview(candidates: Iterable[Any]) -> str:
-    """The preview among leading messages: the first user text wins, else the first assistant."""
-    preview, assistant = "", False
-    for message in candidates:
-        if not isinstance(message, dict):
-            continue
-        who = message.get("role")
-        if who == "user" or (who == "assistant" and not assistant and not preview):
-            text = preview_text(message)
-            if text:
-                if who == "user":
-                    return text
-                preview, assistant = text, True
-    return preview
-
-
 def ended_rows(
     key: str, created_at: datetime, ended: Iterable[EndedConversation]
 ) -> tuple[ConversationInfo, ...]:
@@ -83,7 +65,7 @@ def ended_rows(
                 start_seq=e.start_seq,
                 end_seq=e.end_seq,
                 title=e.title,
-                preview=pick_preview(e.preview),
+                preview=session_preview(e.preview),
                 messages=e.messages,
                 tokens=e.tokens,
                 started_at=started,

@@ -40,9 +40,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sessionledger.eventlog import WITHHELD, MessageAppended, SessionState, estimate_tokens
+from sessionledger.eventlog.preview import sanitize_assistant_text
 
 from ._orphans import legal_start
-from ._sanitize import image_breadcrumb, sanitize_assistant_text
+from ._sanitize import image_breadcrumb
 from ._sdk_items import sdk_item
 from ._usage import context_start
 

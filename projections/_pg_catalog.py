@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from sessionledger.eventlog import EndedConversation, EventLogError
+from sessionledger.eventlog.preview import session_preview
 
-from ._catalog_row import NO_PREVIEW, USER_PREVIEW, SessionInfo, _consider, _summary, _tags
+from ._catalog_row import SessionInfo, _summary, _tags
 from ._conversation_row import ConversationInfo, ended_rows
 
 
@@ -40,11 +41,7 @@ def info_from_record(record: Any, store: Any = None) -> SessionInfo:
     )
     meta = record.metadata
     meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None
-    preview, role = "", NO_PREVIEW
-    for message in record.preview:
-        preview, role = _consider(message, preview, role)
-        if role == USER_PREVIEW:
-            break
+    preview = session_preview(record.preview)
     title = meta.get("title")
     return SessionInfo(
         key=record.key,

@@ -39,8 +39,8 @@ from sessionledger.eventlog import (
     portable,
 )
 from sessionledger.eventlog.codec import LineDecoder
+from sessionledger.eventlog.preview import content_text
 
-from ._sanitize import content_text
 from ._sdk_items import sdk_item
 
 #: Sessions caught up per transaction.

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
-
-import msgspec
 
 from sessionledger import projections
-from sessionledger.eventlog import BaseStore, EventLogError
+from sessionledger.eventlog import BaseStore, EventLogError, backend
 
 
 def where(store: BaseStore, key: str) -> str:
@@ -39,19 +36,6 @@ class Recorded:
     reason: str = ""
 
 
-class _Anchor(msgspec.Struct):
-    """The anchor fields of a stored snapshot (its state is skipped, not decoded)."""
-
-    key: str = ""
-    seq: int = -1
-    head: str = ""
-
-
-_anchor = msgspec.msgpack.Decoder(_Anchor)
-_SNAP_MAGIC: Final = b"SLSNAP1\n"
-_SNAP_DIGEST: Final = 16
-
-
 def peek_snapshot(store: BaseStore, key: str) -> Recorded | None:
     """The seq and head a stored snapshot records, read without decoding its state.
 
@@ -62,15 +46,10 @@ def peek_snapshot(store: BaseStore, key: str) -> Recorded | None:
     blob = store.snapshot_bytes(key)
     if blob is None:
         return Recorded("snapshot", -1, None, "missing")
-    if not blob.startswith(_SNAP_MAGIC) or len(blob) < len(_SNAP_MAGIC) + _SNAP_DIGEST:
+    anchor = backend.peek_snapshot(blob, key)
+    if anchor is None:
         return None
-    try:
-        anchor = _anchor.decode(memoryview(blob)[len(_SNAP_MAGIC) : -_SNAP_DIGEST])
-    except msgspec.DecodeError:
-        return None
-    if anchor.key != key or anchor.seq < 0 or not anchor.head:
-        return None
-    return Recorded("snapshot", anchor.seq, anchor.head)
+    return Recorded("snapshot", *anchor)
 
 
 class Views:

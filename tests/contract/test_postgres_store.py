@@ -749,6 +749,8 @@ def test_catalog_listing_equals_the_file_stores(make_pg: StoreFactory, tmp_path:
     ]
     for n, key in enumerate(keys):
         s = files.session(key, metadata={"tags": ["t", n]} if n % 2 else None)
+        if n % 5 == 0:  # a user message without display text: the preview is a later one
+            s.append_message("user", "[image: /tmp/photo.png]\nmessage(hi)")
         if n % 3 == 0:
             s.append_message("assistant", f"  hello   from {n}  ")
         s.append_message("user", [{"type": "text", "text": f"question {n}"}] if n % 2 else "")

@@ -12,6 +12,7 @@ PACKAGES = (
     "sessionledger.eventlog",
     "sessionledger.eventlog.backend",
     "sessionledger.eventlog.codec",
+    "sessionledger.eventlog.preview",
     "sessionledger.projections",
     "sessionledger.replay",
     "sessionledger.tools",
@@ -80,7 +81,11 @@ def test_star_import_gives_all(package: str) -> None:
 def test_plumbing_is_not_in_the_application_surface() -> None:
     """What the sibling packages need lives in ``codec`` and ``backend``, not in ``eventlog``."""
     eventlog = importlib.import_module("sessionledger.eventlog")
-    for name in ("sessionledger.eventlog.backend", "sessionledger.eventlog.codec"):
+    for name in (
+        "sessionledger.eventlog.backend",
+        "sessionledger.eventlog.codec",
+        "sessionledger.eventlog.preview",
+    ):
         plumbing = set(importlib.import_module(name).__all__)
         # reading and checking a whole log is for applications too
         shared = plumbing & set(eventlog.__all__) - {"decode_log", "verify_chain"}
@@ -89,7 +94,12 @@ def test_plumbing_is_not_in_the_application_surface() -> None:
 
 @pytest.mark.parametrize(
     "package",
-    ["sessionledger.eventlog", "sessionledger.eventlog.backend", "sessionledger.eventlog.codec"],
+    [
+        "sessionledger.eventlog",
+        "sessionledger.eventlog.backend",
+        "sessionledger.eventlog.codec",
+        "sessionledger.eventlog.preview",
+    ],
 )
 def test_public_items_have_docstrings(package: str) -> None:
     module = importlib.import_module(package)

@@ -6,10 +6,20 @@ from typing import Any
 
 import pytest
 
+from sessionledger.eventlog import MemoryStore
+from sessionledger.eventlog.preview import (
+    ASSISTANT_PREVIEW,
+    NO_PREVIEW,
+    USER_PREVIEW,
+    may_change,
+    preview_candidates,
+    preview_step,
+)
 from sessionledger.projections import (
     PREVIEW_MAX_CHARS,
     content_text,
     image_breadcrumb,
+    list_sessions,
     preview_text,
     sanitize_assistant_text,
     session_preview,
@@ -107,3 +117,41 @@ def test_session_preview_falls_back_to_the_first_assistant_text() -> None:
     ]
     assert session_preview(messages) == "proactive hello"
     assert session_preview([]) == ""
+
+
+PREVIEW_CASES: list[list[dict[str, Any]]] = [
+    # a user message whose text is only a local image breadcrumb has no display text: the
+    # preview comes from the next user message, also on a store that keeps only candidates
+    [
+        {"role": "user", "content": "[image: /tmp/cat.png]"},
+        {"role": "assistant", "content": "a cat"},
+        {"role": "user", "content": "what breed?"},
+    ],
+    [{"role": "user", "content": "message(hi)"}, {"role": "user", "content": "real"}],
+    [{"role": "system", "content": "s"}, {"role": "assistant", "content": "hello"}],
+    [{"role": "user", "content": [{"type": "image_url"}]}, {"role": "user", "content": "x"}],
+    [{"role": "tool", "content": "t"}],
+]
+
+
+@pytest.mark.parametrize("messages", PREVIEW_CASES)
+def test_the_candidates_give_the_same_preview_as_the_whole_log(
+    messages: list[dict[str, Any]],
+) -> None:
+    """PostgreSQL's catalog keeps only the candidates; the preview from them is the same."""
+    store = MemoryStore()
+    writer = store.session("k")
+    for message in messages:
+        writer.append_message(message["role"], message["content"])
+    live = [event.message for event in writer.state.messages]
+    candidates = preview_candidates(writer.state.messages)
+    assert session_preview(candidates) == session_preview(live)
+    assert list_sessions(store)[0].preview == session_preview(live)
+
+
+def test_the_step_keeps_a_user_preview() -> None:
+    preview, role = preview_step({"role": "user", "content": "first"}, "", NO_PREVIEW)
+    assert (preview, role) == ("first", USER_PREVIEW)
+    assert preview_step({"role": "user", "content": "second"}, preview, role) == (preview, role)
+    assert not may_change("user", USER_PREVIEW)
+    assert may_change("user", ASSISTANT_PREVIEW) and not may_change("assistant", ASSISTANT_PREVIEW)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sessionledger.eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
+from sessionledger.eventlog.backend import peek_snapshot
 from sessionledger.projections import rebuild_snapshot, snapshot_status, write_snapshot
 
 STORES = ("file", "memory")
@@ -233,3 +234,17 @@ def test_snapshot_file_is_private_and_not_a_log(tmp_path: Path) -> None:
     assert all((tmp_path / n).stat().st_mode & 0o777 == 0o600 for n in names)
     store.delete("k")
     assert not path.exists()
+
+
+def test_peek_reads_the_anchor_the_snapshot_records() -> None:
+    store = MemoryStore()
+    writer = store.session("k")
+    for i in range(3):
+        writer.append_message("user", f"m{i}")
+    assert write_snapshot(store, "k").health == "valid"
+    data = store.snapshot_bytes("k")
+    assert data is not None
+    assert peek_snapshot(data, "k") == (writer.seq, writer.state.head)
+    assert peek_snapshot(data, "other") is None
+    assert peek_snapshot(data[:8], "k") is None
+    assert peek_snapshot(b"not a snapshot" * 4, "k") is None

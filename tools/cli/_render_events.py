@@ -89,7 +89,7 @@ def _note(event: Erased | Redacted) -> str:
     return who + why
 
 
-def describe_event(event: Event) -> tuple[str, str, Text]:
+def render_event(event: Event) -> tuple[str, str, Text]:
     """Return (kind, role-or-type label, rendered body) for one non-paired event."""
     match event:
         case MessageAppended():
@@ -201,7 +201,7 @@ def timeline_table(events: Sequence[Event], *, show_header: bool = True) -> Tabl
     for event in events:
         if event.seq in paired:
             continue
-        kind, label, body = describe_event(event)
+        kind, label, body = render_event(event)
         style = ROLE_STYLES.get(label, "bold blue" if kind != "message" else "")
         calls = event.message.get("tool_calls") if isinstance(event, MessageAppended) else None
         if isinstance(calls, list) and calls:

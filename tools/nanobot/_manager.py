@@ -22,7 +22,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import weakref
@@ -41,6 +40,7 @@ from sessionledger.eventlog import (
     SessionNotFoundError,
     SessionWriter,
 )
+from sessionledger.eventlog.backend import fsync_dir
 
 from . import _compat
 from ._diff import TAIL_CHECK, diff_messages
@@ -149,7 +149,7 @@ class SessionManager:
             if fsync:
                 binding.writer.flush()
                 if binding.new_file:
-                    _fsync_dir(self.store.root)
+                    fsync_dir(str(self.store.root))
                     binding.new_file = False
             self._cache[session.key] = session
 
@@ -509,11 +509,3 @@ def _check_message(key: str, message: object) -> None:
     for name in message:
         if not isinstance(name, str):
             raise InvalidEventError(f"session {key!r}: message keys must be str, not {name!r}")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
