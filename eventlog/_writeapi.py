@@ -58,7 +58,7 @@ _RC = TypeVar("_RC", covariant=True)
 
 @portable("tokens_saved")
 class CompactionResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What :meth:`WriteAPI.compact` recorded (seed 004's ``CompactionResult``)."""
+    """What :meth:`WriteAPI.compact` recorded: the compaction event's seq and what it saved."""
 
     seq: int
     summary: str

@@ -10,7 +10,6 @@ from sessionledger.eventlog.preview import (
 
 from ._catalog import (
     CatalogFilter,
-    CatalogQuery,
     catalog_heads,
     catalog_rows,
     list_sessions,
@@ -62,7 +61,6 @@ __all__ = (
     "SUMMARY_PREFIX",
     "SUMMARY_ROLE",
     "CatalogFilter",
-    "CatalogQuery",
     "CompactionPolicy",
     "ConversationInfo",
     "SearchHit",

@@ -21,9 +21,9 @@ Invariants:
   :data:`SAVE_AFTER` changed entries, a table or membership change, or a full scan that makes
   the file's copy trusted or renews its full-scan time. The file is always a consistent (table
   copy, rows) pair, at worst older, and a fresh process redoes the difference.
-- A store that answers catalog queries itself (PostgreSQL: a table kept in the same
-  transaction as each append) implements :class:`CatalogQuery`, and :func:`list_sessions`
-  hands it the :class:`CatalogFilter` instead.
+- A store that keeps a catalog table (PostgreSQL: columns written in the same transaction as
+  each append) answers ``query_catalog_records`` (see ``_pg_catalog``): :func:`list_sessions`
+  hands it the :class:`CatalogFilter` and builds the rows from its records with the same rules.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from itertools import islice
 from operator import attrgetter
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Final, Literal
 
 import msgspec
 
@@ -58,7 +58,7 @@ FULL_SCAN_NS: Final = 300 * 1_000_000_000
 
 
 class CatalogFilter(msgspec.Struct, frozen=True, kw_only=True):
-    """What :func:`list_sessions` selects; a :class:`CatalogQuery` store receives it whole."""
+    """What :func:`list_sessions` selects; a store with a catalog table receives it whole."""
 
     prefix: str | None = None
     agent: str | None = None
@@ -73,17 +73,8 @@ class CatalogFilter(msgspec.Struct, frozen=True, kw_only=True):
     offset: int = 0
 
 
-@runtime_checkable
-class CatalogQuery(Protocol):
-    """A store that answers catalog queries itself (e.g. with one indexed SQL query)."""
-
-    def query_catalog(self, filter: CatalogFilter) -> list[SessionInfo]:
-        """The rows ``filter`` selects, in its order, limit and offset applied."""
-        ...
-
-
 def list_sessions(
-    store: BaseStore | CatalogQuery,
+    store: BaseStore,
     *,
     prefix: str | None = None,
     agent: str | None = None,
@@ -121,8 +112,6 @@ def list_sessions(
     )
     if isinstance(store, CatalogRecords):  # a catalog table (PostgreSQL): one indexed query
         return infos_from_records(store.query_catalog_records(query), store)
-    if isinstance(store, CatalogQuery):
-        return store.query_catalog(query)
     return select(_refresh(store, rebuild=False).rows, query)
 
 

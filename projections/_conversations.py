@@ -24,7 +24,7 @@ from typing import Final, Literal
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
 
-from ._catalog import CatalogFilter, CatalogQuery, _refresh, catalog_conversations
+from ._catalog import CatalogFilter, _refresh, catalog_conversations
 from ._catalog_file import Catalog
 from ._catalog_log import name_for
 from ._catalog_row import SessionInfo
@@ -167,7 +167,7 @@ def _entry_ended(store: BaseStore, cat: Catalog, key: str) -> tuple[Conversation
 
 
 def list_conversations(
-    store: BaseStore | CatalogQuery,
+    store: BaseStore,
     key: str | None = None,
     *,
     prefix: str | None = None,
@@ -208,8 +208,6 @@ def list_conversations(
         infos = infos_from_records(records, store)
         ended = {r.key: ended_of_record(r, store) for r in records}
         ordered = _ordered(infos, ended, order)
-    elif isinstance(store, CatalogQuery):
-        ordered = _ordered(store.query_catalog(sessions), {}, order)
     elif sessions == CatalogFilter():
         ordered = _all_ordered(store, order, lazy=limit is not None)
     else:

@@ -323,18 +323,6 @@ def test_bad_arguments_are_refused(listed: MemoryStore, kwargs: dict[str, object
         list_sessions(listed, **kwargs)  # type: ignore[arg-type]
 
 
-def test_a_store_with_its_own_catalog_query_gets_the_filter() -> None:
-    seen: list[CatalogFilter] = []
-
-    class Queried:
-        def query_catalog(self, filter: CatalogFilter) -> list[SessionInfo]:
-            seen.append(filter)
-            return []
-
-    assert list_sessions(Queried(), channel="c", limit=3, order="key") == []
-    assert seen == [CatalogFilter(channel="c", limit=3, order="key")]
-
-
 def reference_select(rows: list[SessionInfo], q: CatalogFilter) -> list[SessionInfo]:
     """The filter, order and slice spelled out plainly (what select must agree with)."""
     out = []

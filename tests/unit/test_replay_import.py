@@ -1,4 +1,4 @@
-"""Import (nanobot's two formats, seed 001's JSON, our own logs) and export, round trips."""
+"""Import (nanobot's two formats, a plain JSON message list, our own logs) and export, round trips."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Store statistics from the catalog (seed 004's SessionManagerStats and TokenUsageRatio)."""
+"""Store statistics from the catalog (sessions, messages, tokens, usage ratios)."""
 
 from __future__ import annotations
 

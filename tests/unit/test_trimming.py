@@ -223,7 +223,7 @@ def test_repeated_file_caps_archive_every_dropped_message_exactly_once(seed: int
     assert live_ids | consolidated | set(archived) == set(range(appended))
 
 
-# -- seed 000's truncation -------------------------------------------------------------------
+# -- truncation to a budget ------------------------------------------------------------------
 
 
 def tokens_of(s: SessionWriter) -> int:

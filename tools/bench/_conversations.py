@@ -1,4 +1,4 @@
-"""Benchmarks of issue 19: conversations listed from the catalog, search, appends with an index.
+"""Conversations benchmarks: conversations listed from the catalog, search, appends with an index.
 
 - ``conversations``: ``list_conversations`` on N sessions x 5 conversations beside
   ``list_sessions`` on the same store (the issue's bar: no more than ``list_sessions``).

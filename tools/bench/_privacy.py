@@ -1,7 +1,7 @@
 """The cost of encryption at rest: sealed beside plaintext, same messages, same run.
 
 In these rows the comparison column holds the plaintext store's figure (not nanobot's), and the
-note gives the cost factor (or, for history, the extra milliseconds). Goals (issue 22): at most
+note gives the cost factor (or, for history, the extra milliseconds). Goals: at most
 1.5x on append; ``history(500)`` within 2 ms of plaintext.
 """
 

@@ -1,4 +1,4 @@
-"""Growth: what opening, reading, closing and probing a session cost as it grows (issue 17).
+"""Growth: what opening, reading, closing and probing a session cost as it grows.
 
 Sessions of 1k, 10k, 100k (and 1M without ``--quick``) messages are generated once and cached
 under ``.bench/growth/`` (the same seeded conversation, short tool outputs); every figure is

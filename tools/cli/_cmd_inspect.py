@@ -1,4 +1,4 @@
-"""Read-only commands: ``show`` and ``tail`` (more arrive as the read side grows)."""
+"""Read-only commands on one session or the catalog: ``show``, ``tail``, ``ls`` and ``history``."""
 
 from __future__ import annotations
 
