@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from ._errors import UnsafePathError
-from ._safeio import remove, storage_error
+from ._safeio import read_range, remove, storage_error
 
 INDEX_SUFFIX: Final = ".index"
 IDS_SUFFIX: Final = ".ids"
@@ -46,15 +46,7 @@ def _pread(path: str, offset: int, length: int) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b""
-        chunks: list[bytes] = []
-        while length > 0:
-            chunk = os.pread(fd, length, offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-            length -= len(chunk)
-        return b"".join(chunks)
+        return read_range(fd, offset, length)
     except OSError as exc:
         raise storage_error(path, "read", exc) from exc
     finally:

@@ -119,6 +119,19 @@ def read_fd(fd: int, offset: int = 0) -> bytes:
     return b"".join(chunks)
 
 
+def read_range(fd: int, offset: int, length: int) -> bytes:
+    """Up to ``length`` bytes of an open file from ``offset`` (fewer only at its end)."""
+    chunks: list[bytes] = []
+    while length > 0:
+        chunk = os.pread(fd, length, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        length -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_regular(path: str, *, offset: int = 0, action: str = "read") -> tuple[int, bytes] | None:
     """A regular file's length and its bytes from ``offset`` on; None if it does not exist."""
     try:

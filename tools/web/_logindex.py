@@ -39,6 +39,7 @@ from sessionledger.eventlog import (
     apply,
     decode_log,
 )
+from sessionledger.eventlog.backend import read_range
 from sessionledger.eventlog.codec import ZERO_HASH, split_hash
 from sessionledger.replay import FollowPoint
 
@@ -104,15 +105,7 @@ class _Source:
             return self._data[offset : offset + length]
         fd = self._open()
         try:
-            parts: list[bytes] = []
-            while length > 0:
-                part = os.pread(fd, length, offset)
-                if not part:
-                    break
-                parts.append(part)
-                offset += len(part)
-                length -= len(part)
-            return b"".join(parts)
+            return read_range(fd, offset, length)
         finally:
             os.close(fd)
 
