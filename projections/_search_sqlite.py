@@ -18,6 +18,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -108,10 +109,7 @@ class SqliteBackend:
             conn.execute("PRAGMA busy_timeout = 10000")
             if target != ":memory:":
                 os.chmod(target, 0o600)
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
-            for statement in _SCHEMA:
-                conn.execute(statement)
+            _set_up(conn, wal=target != ":memory:")
         except (sqlite3.Error, OSError) as exc:
             raise StorageError(self._where(), "open the search index", str(exc)) from exc
         self._known = None
@@ -292,3 +290,29 @@ class SqliteBackend:
                     raise StorageError(
                         self._where(), "delete", os.strerror(exc.errno or 0)
                     ) from exc
+
+
+def _set_up(conn: sqlite3.Connection, *, wal: bool, patience: float = 10.0) -> None:
+    """Switch to WAL and create the schema, waiting out other openers.
+
+    SQLite answers a journal-mode change or a schema write that races another connection doing
+    the same with "database is locked" at once, without calling the busy handler; so several
+    store objects opening a new index together retry here for up to ``patience`` seconds.
+    """
+    deadline = time.monotonic() + patience
+    delay = 0.005
+    while True:
+        try:
+            if wal:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
