@@ -291,10 +291,6 @@ class AsyncBaseStore:
         """
         return self._sync.on_end(hook)
 
-    def remove_end_hook(self, hook: EndHook) -> None:
-        """Unregister a hook added with :meth:`on_end`."""
-        self._sync.remove_end_hook(hook)
-
     async def archive(self, key: str) -> bool:
         """End ``key`` as archived; False if it already was (see :meth:`BaseStore.archive`)."""
         return await self._run(partial(self._sync.archive, key))
@@ -575,10 +571,6 @@ class AsyncFileStore(AsyncBaseStore):
     async def clean_leftovers(self) -> list[str]:
         """Remove what crashed processes left (see :meth:`FileStore.clean_leftovers`)."""
         return await self._run(self._files.clean_leftovers)
-
-    async def session_file_metadata(self, key: str) -> Mapping[str, Any]:
-        """Size and modification time of ``key``'s log."""
-        return await self._run(partial(self._files.session_file_metadata, key))
 
 
 class AsyncMemoryStore(AsyncBaseStore):

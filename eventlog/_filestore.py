@@ -27,7 +27,6 @@ import os
 import stat
 import time
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -548,16 +547,6 @@ class FileStore(BaseStore):
         if "/" in name or name.startswith(".") or not name.endswith(LOG_SUFFIX):
             raise UnsafePathError(name, "not a log file name of this store")
         return read_from(str(self.root / name), offset)
-
-    def session_file_metadata(self, key: str) -> Mapping[str, Any]:
-        """Size and modification time of ``key``'s log (for catalogs and tools)."""
-        try:
-            st = os.stat(self.path_for(key), follow_symlinks=False)
-        except FileNotFoundError as exc:
-            raise SessionNotFoundError(key) from exc
-        except OSError as exc:
-            raise storage_error(str(self.path_for(key)), "stat", exc) from exc
-        return {"size": st.st_size, "mtime": st.st_mtime}
 
 
 def _release_all(pool: FdPool, changes: ChangeTable) -> None:

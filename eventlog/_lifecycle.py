@@ -165,10 +165,6 @@ class LifecycleOps:
         self._end_hooks.append(hook)
         return hook
 
-    def remove_end_hook(self, hook: EndHook) -> None:
-        """Unregister a hook added with :meth:`on_end`."""
-        self._end_hooks.remove(hook)
-
     def _ended(self, state: SessionState, reason: str) -> None:
         for hook in list(self._end_hooks):
             try:

@@ -31,8 +31,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from typing import Literal, Protocol, cast
+from contextlib import AbstractContextManager
+from typing import Literal, Protocol
 
 from ._commit import GroupCommit
 from ._errors import InvalidEventError, StorageError, StoreClosedError
@@ -54,13 +54,13 @@ __all__ = (
 
 
 class SessionIO(Protocol):
-    """What a store gives a writer: one session's bytes.
-
-    A log other writers may share also has ``transaction(state)``: a context manager that
-    locks the log for one write and first folds into ``state`` what others appended.
-    """
+    """What a store gives a writer: one session's bytes."""
 
     name: str
+
+    def transaction(self, state: SessionState) -> AbstractContextManager[object]:
+        """A context manager around one write: lock the log and first fold into ``state`` what
+        other writers appended (a log no one else writes may return a null context)."""
 
     def append(self, data: bytes) -> None:
         """Write all of ``data`` at the end, or raise StorageError leaving the log unchanged."""
@@ -85,9 +85,6 @@ def check_durability(durability: str) -> Durability:
             f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}"
         )
     return durability  # type: ignore[return-value]
-
-
-_NO_TRANSACTION = nullcontext()
 
 
 class SessionLog:
@@ -124,7 +121,6 @@ class SessionLog:
         # Group commit: which lines are durable; waiters sleep on the condition.
         self.commit = GroupCommit(state.seq, durable=durability != "none")
         self.sync_cond = threading.Condition()
-        self._begin: Callable[[SessionState], object] | None = getattr(io, "transaction", None)
         self._prefold: Callable[[SessionState], None] | None = getattr(io, "prefold", None)
 
     @property
@@ -144,11 +140,9 @@ class SessionLog:
             raise StoreClosedError(f"the writer for session {self.key!r} is closed")
 
     def transaction(self) -> AbstractContextManager[object]:
-        """The I/O's write transaction (lock, catch up), or nothing for a private log."""
+        """The I/O's write transaction (lock, catch up)."""
         self.check_open()
-        if self._begin is None:
-            return _NO_TRANSACTION
-        return cast(AbstractContextManager[object], self._begin(self.state))
+        return self.io.transaction(self.state)
 
     def refresh(self) -> int:
         """Fold in events other writers appended; return the last seq."""

@@ -40,7 +40,6 @@ PLAIN = {
     "events",  # an async iterator: ``async for e in store.events(key)``
     "session",  # awaitable, and an async context manager
     "open",
-    "remove_end_hook",
 }
 #: Not there yet, and why (reported, not hidden): PostgresStore.batch holds one transaction on
 #: one thread for a block of appends; an async twin must run the whole block on that thread.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 
 import anyio
@@ -19,6 +20,7 @@ import pytest
 from sessionledger.eventlog import (
     AsyncSessionWriter,
     Header,
+    SessionState,
     SessionWriter,
     StorageError,
     StoreClosedError,
@@ -70,6 +72,9 @@ class FakeIO:
 
     def truncate(self, size: int) -> None:
         del self.data[size:]
+
+    def transaction(self, state: SessionState) -> AbstractContextManager[object]:
+        return nullcontext()  # no other writer shares this log
 
     def size(self) -> int:
         return len(self.data)

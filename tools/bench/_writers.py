@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ class _Held:
         self.truncate = io.truncate
         self.size = io.size
         self.close = io.close
+
+    def transaction(self, state: Any) -> AbstractContextManager[object]:
+        return nullcontext()  # held for its life: nothing to take per write
 
 
 def _append_rate(ctx: Context, durability: str, n: int, *, held: bool) -> float:
