@@ -227,6 +227,20 @@ class LineDecoder:
         """Bytes after the last valid line: an incomplete line, or from the bad line on."""
         return self._buf
 
+    def decoded(self, events: list[Event], header: Header | None = None) -> Decoded:
+        """Finish (see :meth:`finish`) and give the result: ``events`` are what :meth:`feed`
+        returned; ``header`` is the decoder's own unless given (a tail decoded after a snapshot)."""
+        torn = self.finish()
+        return Decoded(
+            header=self.header if header is None else header,
+            events=events,
+            valid_length=self.offset,
+            head=self.head,
+            bad=self.bad,
+            torn=torn,
+            lines=self.line_no,
+        )
+
     def finish(self) -> TornTail | None:
         """Call at the end of the data: the unfinished or unreadable tail, if there is one.
 
@@ -341,16 +355,7 @@ def decode_log(
     finally:
         if pause:
             gc.enable()
-    torn = dec.finish()
-    return Decoded(
-        header=dec.header,
-        events=events,
-        valid_length=dec.offset,
-        head=dec.head,
-        bad=dec.bad,
-        torn=torn,
-        lines=dec.line_no,
-    )
+    return dec.decoded(events)
 
 
 def encode_lines(

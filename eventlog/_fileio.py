@@ -96,11 +96,6 @@ def unlock_fd(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def read_all(fd: int) -> bytes:
-    """The whole file behind ``fd`` (read with ``pread`` from offset 0)."""
-    return read_fd(fd, 0)
-
-
 _POOLS: weakref.WeakSet[FdPool] = weakref.WeakSet()
 
 

@@ -243,16 +243,7 @@ def resume(snapshot: Anchored, tail: bytes, key: bytes = b"") -> Decoded:
         offset=snapshot.offset,
     )
     events = dec.feed(tail[snapshot.offset - snapshot.line_start :])
-    torn = dec.finish()
-    return Decoded(
-        header=snapshot.header,
-        events=events,
-        valid_length=dec.offset,
-        head=dec.head,
-        bad=dec.bad,
-        torn=torn,
-        lines=dec.line_no,
-    )
+    return dec.decoded(events, snapshot.header)
 
 
 @dataclass(frozen=True, slots=True)
