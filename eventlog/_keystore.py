@@ -149,13 +149,14 @@ def fsync_directory(directory: str) -> None:
 def read_private(path: str) -> bytes | None:
     """A regular file's bytes (None if absent); refuse a symlink or a file others can read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO planted as a key file must not block the open; fstat refuses it.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePathError(path, "it is a symlink") from exc
-        raise
+        raise KeyUnavailableError(path, f"cannot open it: {os.strerror(exc.errno or 0)}") from exc
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -18,6 +18,7 @@ from privacy_support import (
 
 from sessionledger import projections, replay
 from sessionledger.eventlog import (
+    EventLogError,
     FileStore,
     KeyUnavailableError,
     LocalKeyFile,
@@ -181,6 +182,16 @@ def test_key_file_is_private_and_loose_modes_are_refused(tmp_path: Path) -> None
     keys_dir = tmp_path / "x" / "s" / ".keys"
     assert keys_dir.stat().st_mode & 0o777 == 0o700
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in keys_dir.glob("*.key"))
+
+
+def test_a_key_file_that_is_a_fifo_or_unreadable_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        LocalKeyFile(fifo)  # opening a FIFO used to block until a writer came
+    (tmp_path / "dir.key").mkdir(mode=0o700)
+    with pytest.raises(EventLogError):
+        LocalKeyFile(tmp_path / "dir.key")
 
 
 def test_plaintext_sessions_stay_plaintext_beside_sealed_ones(tmp_path: Path) -> None:

@@ -166,8 +166,7 @@ def create_app(
         def build() -> str:
             index = logs.get(key, path_of(key))
             head = index.last_seq
-            target = int(at) if at and at.isdigit() else head
-            target = min(max(target, index.base), head)
+            target = _int(request, "at", head, index.base, head)
             lo = (
                 max(index.base + 1, target - PAGE // 2)
                 if at
