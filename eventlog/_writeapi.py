@@ -296,6 +296,8 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         """Set metadata keys and remove others, as one event."""
         if isinstance(unset, str):
             raise InvalidEventError("unset takes a list of keys, not one str")
+        if set is not None and not isinstance(set, Mapping):
+            raise InvalidEventError(f"set takes a mapping of keys to values, not {set!r:.60}")
         values = dict(set or {})
         removed = list(unset)
         encode_checked(values, "metadata")

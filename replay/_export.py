@@ -26,6 +26,7 @@ from sessionledger.eventlog import (
     BaseStore,
     CorruptLogError,
     EventLogError,
+    InvalidEventError,
     SessionState,
     decode_log,
 )
@@ -153,7 +154,7 @@ def export_store(
     Our format names files by the collision-free key encoding; nanobot's by nanobot's rule.
     """
     if format not in ("jsonl", "nanobot"):
-        raise ValueError(f"format must be 'jsonl' or 'nanobot', not {format!r}")
+        raise InvalidEventError(f"format must be 'jsonl' or 'nanobot', not {format!r}")
     root = Path(directory).expanduser()
     if not root.exists():
         root.mkdir(mode=0o700, parents=True)

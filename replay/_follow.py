@@ -23,7 +23,7 @@ from typing import NamedTuple, Protocol, Self, runtime_checkable
 import anyio
 import anyio.to_thread
 
-from sessionledger.eventlog import BaseStore, CorruptLogError, Event, Header
+from sessionledger.eventlog import BaseStore, CorruptLogError, Event, Header, InvalidEventError
 from sessionledger.eventlog.codec import ZERO_HASH, LineDecoder
 
 from ._views import where
@@ -95,7 +95,7 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
         start: FollowPoint | None = None,
     ) -> None:
         if poll <= 0 or max_poll < poll:
-            raise ValueError("need 0 < poll <= max_poll")
+            raise InvalidEventError("need 0 < poll <= max_poll")
         if not isinstance(store, BaseStore):
             store = store.sync
         self.store: BaseStore = store

@@ -18,6 +18,7 @@ import msgspec
 from sessionledger.eventlog import (
     BaseStore,
     CorruptLogError,
+    InvalidEventError,
     NotALogError,
     SessionState,
     decode_log,
@@ -84,9 +85,9 @@ def state_at(
         SessionNotFoundError: no session ``key``.
     """
     if seq is not None and at is not None:
-        raise ValueError("give seq or at, not both")
+        raise InvalidEventError("give seq or at, not both")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
-        raise ValueError(f"seq must be an integer >= 0, not {seq!r}")
+        raise InvalidEventError(f"seq must be an integer >= 0, not {seq!r}")
     path = where(store, key)
     data = store.read_bytes(key)
     first = data.find(b"\n") + 1

@@ -11,6 +11,7 @@ import argparse
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from sessionledger.eventlog import EventLogError
 
@@ -27,9 +28,16 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sessionledger``."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--store",
         metavar="PATH|DSN",
@@ -46,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--schema", default=None, help="PostgreSQL schema of the store (default: sessionlog)"
     )
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sessionledger",
         description="Inspect, verify, replay and audit event-sourced agent session logs.",
         epilog=EPILOG,
