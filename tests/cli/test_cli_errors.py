@@ -4,6 +4,7 @@ a FIFO, a key file that is a FIFO, a DSN nobody answers. Never a traceback, neve
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,16 @@ def test_a_dsn_nobody_answers(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("psycopg", reason="the postgres extra is not installed")
     err = one_line_error(capsys, "ls", "--store", "postgresql://nobody@127.0.0.1:1/x")
     assert "127.0.0.1:1" in err
+
+
+def test_serve_on_a_taken_port_is_one_line_before_announcing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("uvicorn", reason="the viewer needs the web extra: pip install '.[web]'")
+    FileStore(tmp_path / "s").session("k").append_message("user", "hi")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        err = one_line_error(capsys, "serve", "--store", str(tmp_path / "s"), "--port", str(port))
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "viewer" not in err

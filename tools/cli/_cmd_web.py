@@ -94,7 +94,11 @@ def _serve(args: argparse.Namespace) -> int:
     from sessionledger.tools.web import serve
 
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
-    serve(store, host=args.host, port=args.port, redaction=redaction)
+    try:
+        serve(store, host=args.host, port=args.port, redaction=redaction)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {why}") from None
     return 0
 
 

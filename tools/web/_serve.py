@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 from sessionledger.eventlog import BaseStore
@@ -19,11 +20,19 @@ def serve(
     redaction: Redaction = NO_REDACTION,
     quiet: bool = False,
 ) -> None:
-    """Serve the viewer over ``store`` until interrupted (Ctrl-C)."""
+    """Serve the viewer over ``store`` until interrupted (Ctrl-C).
+
+    Raises:
+        OSError: the address cannot be listened on (in use, not this machine's); raised before
+            anything is announced or served.
+    """
     import uvicorn
 
     from ._app import create_app
 
+    # Listen first: a taken port is an error here, not a log line after the URL was announced.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family)
     app = create_app(store, redaction=redaction)
     shown = f"[{host}]" if ":" in host else host
     if not quiet:
@@ -32,7 +41,7 @@ def serve(
             sys.stderr.write(
                 f"warning: listening on {host}: anyone who can reach it can read these sessions\n"
             )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -41,3 +50,7 @@ def serve(
         timeout_graceful_shutdown=1,
         lifespan="on",
     )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
