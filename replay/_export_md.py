@@ -7,6 +7,9 @@ Rules:
 - Message text is quoted (``> ``) so that headings or fences inside it cannot break the
   document; tool arguments, results and other structured values are fenced, with a fence
   longer than any backtick run inside.
+- Text from the log outside code (titles, message text, summaries, roles) cannot become
+  markup a renderer acts on: ``<`` is written ``&lt;`` (no raw HTML, no autolink) and ``](``
+  as ``]\\(`` (no inline link or image that fetches or runs something when read).
 - A tool result is shown under the call it answers; one whose call is not in the log stands
   alone.
 """
@@ -38,8 +41,12 @@ def _fence(text: str, lang: str = "") -> list[str]:
     return [f"{fence}{lang}", text, fence]
 
 
+def _prose(text: str) -> str:
+    return text.replace("<", "&lt;").replace("](", "]\\(")
+
+
 def _quote(text: str) -> list[str]:
-    return [f"> {line}".rstrip() if line else ">" for line in text.split("\n")]
+    return [f"> {line}".rstrip() if line else ">" for line in _prose(text).split("\n")]
 
 
 def _code(text: str) -> str:
@@ -121,7 +128,7 @@ def _message(item: Item) -> list[str]:
 
 
 def _event(item: Item) -> list[str]:
-    out = ["", item.summary]
+    out = ["", _prose(item.summary)]
     if item.replaced is not None and item.replaced.count:
         out += [
             "",
@@ -137,7 +144,7 @@ def render_markdown(doc: Document) -> str:
     """The Markdown text of a gathered session (pure, deterministic)."""
     title = doc.title or doc.key
     lines = [
-        f"# {title}",
+        f"# {_prose(title)}",
         "",
         f"- Session: {_code(doc.key)} (id {_code(doc.session_id)})",
         f"- Head: seq {doc.seq}, hash {_code(doc.head)}",
@@ -158,10 +165,15 @@ def render_markdown(doc: Document) -> str:
         if item.answers is not None:
             continue  # shown under its call
         if item.kind == "message":
-            head = f"### #{item.seq} · {item.role or '?'} · {_when(item.ts)} · {item.tokens} tokens"
+            role = _prose(item.role or "?")
+            head = f"### #{item.seq} · {role} · {_when(item.ts)} · {item.tokens} tokens"
             lines += ["", head, *_message(item)]
         else:
-            lines += ["", f"### #{item.seq} · {item.kind} · {_when(item.ts)}", *_event(item)]
+            lines += [
+                "",
+                f"### #{item.seq} · {_prose(item.kind)} · {_when(item.ts)}",
+                *_event(item),
+            ]
     view = doc.view
     lines += [
         "",

@@ -13,6 +13,7 @@ pytest.importorskip("starlette", reason="the viewer needs the web extra: pip ins
 
 from starlette.testclient import TestClient
 
+from sessionledger import replay
 from sessionledger.eventlog import FileStore
 from sessionledger.tools.web import create_app, export_html
 
@@ -88,3 +89,21 @@ def test_a_bad_time_travel_point_is_a_400_or_clamped(store: FileStore, at: str) 
             assert "at must be a whole number" in r.text
         if at == "-3":  # a number before the start is clamped to it
             assert r.status_code == 200
+
+
+def test_markdown_export_renders_no_markup_or_link_from_the_log(store: FileStore) -> None:
+    from markdown_it import MarkdownIt  # rich's dependency; CommonMark with raw HTML allowed
+
+    with store.session("md") as s:
+        s.update_metadata(set={"title": "T" + X})
+        s.append_message("user", "see [here](javascript:alert(3)) ![b](http://x.invalid/b.png)")
+        s.append_message(
+            "assistant", "<https://x.invalid/auto> and \\<b>bold</b>", reasoning_content=X
+        )
+        s.compact("S" + X, upto=1, tokens_before=10, tokens_after=1)
+    for key in (KEY, "md"):
+        html = MarkdownIt("commonmark").render(replay.export_markdown(store, key).decode())
+        assert _markup(html) == [], key
+        assert "<a " not in html and "<img" not in html and "<b>" not in html, key
+    text = replay.export_markdown(store, "md").decode()
+    assert "[here]\\(javascript" in text and "&lt;b>" in text  # still readable as text
