@@ -76,10 +76,13 @@ class FileIndexFiles:
 
     def size(self, name: IndexName) -> int:
         """A record file's length (0 when missing or not a regular file)."""
+        path = self.path(name)
         try:
-            st = os.stat(self.path(name), follow_symlinks=False)
+            st = os.stat(path, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
             return 0
+        except OSError as exc:
+            raise storage_error(path, "stat", exc) from exc
         return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
     def write(self, name: IndexName, offset: int, data: bytes) -> None:

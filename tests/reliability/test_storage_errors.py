@@ -72,3 +72,25 @@ def test_a_full_disk_while_writing_a_view_leaves_nothing(
     assert [p.name for p in store.root.iterdir() if p.stat().st_size == 0] == []
     projections.write_snapshot(store, "k")  # the disk is back
     assert store.snapshot_path("k").exists()
+
+
+def test_a_stat_error_on_an_index_file_names_it(tmp_path: Path) -> None:
+    from sessionledger.eventlog._fileindex import FileIndexFiles
+
+    files = FileIndexFiles(
+        str(tmp_path / "k.jsonl"), str(tmp_path / "k"), str(tmp_path / "k.jsonl")
+    )
+    (tmp_path / "k.index").write_bytes(b"x" * 64)
+    assert files.size("index") == 64
+    (tmp_path / "k.ids").write_bytes(b"")
+    real_stat = os.stat
+
+    def failing_stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if str(path).endswith(".index"):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "stat", failing_stat)
+        with pytest.raises(StorageError, match=r"k\.index"):
+            files.size("index")
