@@ -6,8 +6,6 @@ checked against a fresh process's (a new store object reading the stored catalog
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ from sessionledger.eventlog import (
     Header,
     InvalidEventError,
     KnownEvent,
-    MemoryStore,
     MessageAppended,
     SessionNotFoundError,
     UnknownEvent,
@@ -31,38 +28,6 @@ from sessionledger.eventlog.codec import encode_lines
 from sessionledger.projections import ConversationInfo, list_conversations, list_sessions
 
 KEY = "agent:telegram:42"
-
-
-@pytest.fixture(params=["file", "memory", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
-    if request.param == "postgres":
-        yield from _postgres_store()
-        return
-    made: BaseStore = (
-        FileStore(tmp_path / "s", durability="none") if request.param == "file" else MemoryStore()
-    )
-    with made:
-        yield made
-
-
-def _postgres_store() -> Iterator[BaseStore]:
-    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
-    if not dsn:
-        pytest.skip(
-            "PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG (see docs/postgres.md)"
-        )
-    import psycopg
-
-    from sessionledger.eventlog import PostgresStore
-
-    schema = f"t_{os.urandom(6).hex()}"
-    made = PostgresStore(dsn, schema=schema)
-    try:
-        yield made
-    finally:
-        made.close()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _three_conversations(store: BaseStore) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +12,6 @@ from sessionledger.eventlog import (
     BaseStore,
     FileStore,
     InvalidEventError,
-    MemoryStore,
     SessionNotFoundError,
     SessionState,
     workspace_key,
@@ -22,38 +19,6 @@ from sessionledger.eventlog import (
 )
 
 Ended = list[tuple[str, str, int]]
-
-
-@pytest.fixture(params=["file", "memory", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
-    if request.param == "postgres":
-        yield from _postgres_store()
-        return
-    made: BaseStore = (
-        FileStore(tmp_path / "s", durability="none") if request.param == "file" else MemoryStore()
-    )
-    with made:
-        yield made
-
-
-def _postgres_store() -> Iterator[BaseStore]:
-    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
-    if not dsn:
-        pytest.skip(
-            "PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG (see docs/postgres.md)"
-        )
-    import psycopg
-
-    from sessionledger.eventlog import PostgresStore
-
-    schema = f"t_{os.urandom(6).hex()}"
-    made = PostgresStore(dsn, schema=schema)
-    try:
-        yield made
-    finally:
-        made.close()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture
