@@ -28,6 +28,7 @@ import msgspec
 from ._changes import ChangeView, slot_of
 from ._codec import Decoded
 from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
+from ._events import Header
 from ._fileindex import FileIndexFiles
 from ._fold import SessionState, fold
 from ._indexsnap import (
@@ -252,13 +253,7 @@ class ViewStorage(abc.ABC):
             header = snap.header
             anchor = anchor_of(tail, snap.line_start, decoded, anchor_from(snap))
         else:
-            data = self.read_bytes(key)
-            decoded = self._decode(key, data)
-            if decoded.bad is not None:
-                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
-            assert decoded.header is not None
-            header = decoded.header
-            state = fold(header, decoded.events)
+            data, decoded, header, state = self._fold_whole_log(key)
             anchor = anchor_of(data, 0, decoded, None)
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
@@ -271,6 +266,15 @@ class ViewStorage(abc.ABC):
         self.put_snapshot(key, blob)
         self._snapshot_seqs()[key] = anchor.seq
         return SnapshotStatus(key, "valid", anchor.seq, written=True)
+
+    def _fold_whole_log(self, key: str) -> tuple[bytes, Decoded, Header, SessionState]:
+        """The whole log of ``key``, decoded and folded (a bad line is a CorruptLogError)."""
+        data = self.read_bytes(key)
+        decoded = self._decode(key, data)
+        if decoded.bad is not None:
+            raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+        assert decoded.header is not None
+        return data, decoded, decoded.header, fold(decoded.header, decoded.events)
 
     def _write_index_snapshot(
         self, key: str, files: FileIndexFiles, rebuild: bool
@@ -291,13 +295,7 @@ class ViewStorage(abc.ABC):
             spans = line_spans(tail, first, len(decoded.events), base.line_start)
             meta: IndexMeta | None = base
         else:
-            tail = self.read_bytes(key)
-            decoded = self._decode(key, tail)
-            if decoded.bad is not None:
-                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
-            assert decoded.header is not None
-            header = decoded.header
-            state = fold(header, decoded.events)
+            tail, decoded, header, state = self._fold_whole_log(key)
             anchor = anchor_of(tail, 0, decoded, None)
             spans = line_spans(tail, tail.index(b"\n") + 1, len(decoded.events), 0)
             meta = None
