@@ -259,7 +259,7 @@ class _PgIO:
 
     def reload(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
         """Replace ``state`` (in place) with the session as the database has it."""
-        loaded = self._store._load_on(conn, self._key)
+        loaded = self._store._load_on(conn, self._key, writing=True)
         if loaded is None:
             raise SessionNotFoundError(self._key)
         fresh, self._size = loaded

@@ -34,9 +34,11 @@ from ._codec import ZERO_HASH, encode_line
 from ._errors import (
     CorruptLogError,
     InvalidEventError,
+    NewerFormatError,
     SessionNotFoundError,
     StoreClosedError,
 )
+from ._events import FORMAT_VERSION, Header
 from ._fold import SessionState, fold, initial_state
 from ._keystore import KeyProvider, KeyStore
 from ._lifecycle import TrashEntry
@@ -264,10 +266,13 @@ class PostgresStore(BaseStore):
     # -- reading on one connection -------------------------------------------------------------
 
     def _load_on(
-        self, conn: psycopg.Connection[tuple[Any, ...]], key: str
+        self, conn: psycopg.Connection[tuple[Any, ...]], key: str, *, writing: bool = False
     ) -> tuple[SessionState, int] | None:
         """Fold ``key`` from its snapshot and the lines from its seq on, fetched in one query
-        (from every line when there is no usable snapshot); return it and the log's length."""
+        (from every line when there is no usable snapshot); return it and the log's length.
+
+        ``writing``: the caller is about to append, so a log in a newer format than this library
+        writes raises :class:`NewerFormatError` (it can be read, never appended to)."""
         kb = key.encode()
         rows = conn.execute(self._sql.open, {"k": kb}, binary=True).fetchall()
         if not rows:
@@ -291,6 +296,8 @@ class PostgresStore(BaseStore):
                     if problem is not None:
                         raise CorruptLogError(self._describe(key), problem.line, problem.reason)
                     if self._unseal_restored(key, snap, decoded):
+                        if writing:
+                            self._check_writable(key, snap.header)
                         self._snapshot_seqs()[key] = snap.seq
                         return fold(snap.header, decoded.events, snap.state), size
             data = self._read_on(conn, kb)  # a stale or damaged snapshot: read every line
@@ -303,7 +310,13 @@ class PostgresStore(BaseStore):
         if problem is not None:
             raise CorruptLogError(self._describe(key), problem.line, problem.reason)
         assert decoded.header is not None
+        if writing:
+            self._check_writable(key, decoded.header)
         return fold(decoded.header, decoded.events), len(data)
+
+    def _check_writable(self, key: str, header: Header) -> None:
+        if header.version > FORMAT_VERSION:
+            raise NewerFormatError(self._describe(key), header.version, FORMAT_VERSION)
 
     def _load_state(
         self, conn: psycopg.Connection[tuple[Any, ...]], key: str
@@ -399,7 +412,7 @@ class PostgresStore(BaseStore):
     ) -> tuple[SessionState, int, bool]:
         """Load ``key`` (one query), creating it if absent and ``create``: state, size, created."""
         with self._reading("open") as conn:
-            loaded = self._load_on(conn, key)
+            loaded = self._load_on(conn, key, writing=True)
             if loaded is not None:
                 return loaded[0], loaded[1], False
             if not create:
@@ -410,7 +423,7 @@ class PostgresStore(BaseStore):
             state = initial_state(msgspec.structs.replace(header, h=h, sealing=sealed.sealing))
             if self._create(conn, key, state, line):
                 return state, len(line), True
-            loaded = self._load_on(conn, key)  # another process created it first
+            loaded = self._load_on(conn, key, writing=True)  # another process created it first
             if loaded is None:  # pragma: no cover - created and deleted in between
                 raise SessionNotFoundError(key)
             return loaded[0], loaded[1], False

@@ -39,7 +39,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from sessionledger.eventlog import WITHHELD, MessageAppended, SessionState, estimate_tokens
+from sessionledger.eventlog import (
+    WITHHELD,
+    InvalidEventError,
+    MessageAppended,
+    SessionState,
+    estimate_tokens,
+)
 from sessionledger.eventlog.preview import sanitize_assistant_text
 
 from ._orphans import legal_start
@@ -233,6 +239,7 @@ def history_with_tokens(
     extend_to_user: bool = False,
 ) -> list[tuple[dict[str, Any], int]]:
     """:func:`history` with the token count each entry was charged, entry by entry."""
+    _check_arguments(state, max_messages, max_tokens)
     summary = _summary_entry(state) if include_summary else None
     lo = _window_start(state, max_messages, extend_to_user)
     if max_tokens > 0:
@@ -250,6 +257,18 @@ def history_with_tokens(
     if summary is not None:
         out.insert(0, summary)
     return out
+
+
+def _check_arguments(state: object, max_messages: object, max_tokens: object) -> None:
+    """Refuse what would otherwise fail deep inside (or slice silently wrong) with a clear error."""
+    if not isinstance(state, SessionState):
+        raise InvalidEventError(
+            "history takes a folded session (writer.state or store.state(key)), "
+            f"not {type(state).__name__}"
+        )
+    for name, value in (("max_messages", max_messages), ("max_tokens", max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidEventError(f"{name} must be an int, not {value!r}")
 
 
 def history(

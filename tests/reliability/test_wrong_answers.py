@@ -93,6 +93,20 @@ def test_a_newer_format_is_read_but_never_appended_to(tmp_path: Path) -> None:
     assert store.read_bytes("k") == before
 
 
+def test_a_newer_format_is_never_appended_to_on_any_store(tmp_path: Path) -> None:
+    for name, make in _stores(tmp_path):
+        store = make()
+        try:
+            store.import_bytes("k", _log(2))
+            before = store.read_bytes("k")
+            assert store.load("k").state.message_dicts[0]["content"] == "from the future", name
+            with pytest.raises(NewerFormatError, match="format version 2"):
+                store.session("k").append_message("user", "now")
+            assert store.read_bytes("k") == before, name
+        finally:
+            store.close()
+
+
 def test_the_same_format_is_appended_to(tmp_path: Path) -> None:
     store = FileStore(tmp_path, durability="none")
     store.path_for("k").write_bytes(_log(1))

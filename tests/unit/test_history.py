@@ -14,6 +14,7 @@ from sessionledger.eventlog import (
     Consolidated,
     Event,
     Header,
+    InvalidEventError,
     MemoryStore,
     MessageAppended,
     MessageList,
@@ -463,3 +464,16 @@ def test_context_tokens_and_usage_ratio() -> None:
     assert projections.context_tokens(compacted) == 50  # the shorter side is the window
     assert projections.token_usage_ratio(compacted, 200) == 0.25
     assert projections.token_usage_ratio(compacted, 0) == 0.0
+
+
+def test_wrong_arguments_get_the_librarys_error_naming_them() -> None:
+    state = build([u("hi"), a("hello")])
+    with pytest.raises(InvalidEventError, match=r"folded session.*not MemoryStore"):
+        projections.history(cast(Any, MemoryStore()))
+    with pytest.raises(InvalidEventError, match="max_tokens must be an int, not '5'"):
+        projections.history(state, max_tokens=cast(Any, "5"))
+    with pytest.raises(InvalidEventError, match="max_messages must be an int, not True"):
+        projections.history(state, max_messages=cast(Any, True))
+    with pytest.raises(InvalidEventError, match="max_tokens"):
+        projections.history_with_tokens(state, max_tokens=cast(Any, 2.5))
+    assert len(projections.history(state, max_messages=-3)) == 2  # <= 0: the default window
