@@ -570,12 +570,14 @@ def test_many_threads_on_one_writer_and_another_store_never_leave_a_gap(
 
 def test_server_down_is_a_clear_error_naming_host_and_port(schema: str) -> None:
     with socket.socket() as probe:
+        # Bound but never listening, and held for the whole test: connecting is refused, and no
+        # other process can take the port in between (closing it first would leave that race).
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again: nothing listens there
-    start = time.monotonic()
-    with pytest.raises(StorageError) as info:
-        PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/test", schema=schema)
-    assert time.monotonic() - start < 5
+        port = probe.getsockname()[1]
+        start = time.monotonic()
+        with pytest.raises(StorageError) as info:
+            PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/test", schema=schema)
+        assert time.monotonic() - start < 5
     assert f"127.0.0.1:{port}" in str(info.value)
     assert info.value.action == "connect"
 
