@@ -8,8 +8,10 @@ Rules:
   document; tool arguments, results and other structured values are fenced, with a fence
   longer than any backtick run inside.
 - Text from the log outside code (titles, message text, summaries, roles) cannot become
-  markup a renderer acts on: ``<`` is written ``&lt;`` (no raw HTML, no autolink) and ``](``
-  as ``]\\(`` (no inline link or image that fetches or runs something when read).
+  markup a renderer acts on: ``<`` is written ``&lt;`` (no raw HTML, no autolink), and ``[``
+  and ``\\`` are backslash-escaped, so no inline or reference link, link definition or image
+  (which would fetch or run something when read) can form, and a backslash in the text cannot
+  undo an escape.
 - A tool result is shown under the call it answers; one whose call is not in the log stands
   alone.
 """
@@ -42,7 +44,7 @@ def _fence(text: str, lang: str = "") -> list[str]:
 
 
 def _prose(text: str) -> str:
-    return text.replace("<", "&lt;").replace("](", "]\\(")
+    return text.replace("\\", "\\\\").replace("<", "&lt;").replace("[", "\\[")
 
 
 def _quote(text: str) -> list[str]:

@@ -97,6 +97,13 @@ def test_markdown_export_renders_no_markup_or_link_from_the_log(store: FileStore
     with store.session("md") as s:
         s.update_metadata(set={"title": "T" + X})
         s.append_message("user", "see [here](javascript:alert(3)) ![b](http://x.invalid/b.png)")
+        # Reference links and their definitions, an image by reference, a definition inside a
+        # quote and a backslash that would undo an escape put in front of the bracket.
+        s.append_message(
+            "user",
+            "see [ref] and [t][d] ![i][d] \\[x](http://x.invalid/s)\n\n"
+            "[ref]: http://x.invalid/r\n[d]: javascript:alert(4)\n\n> [q]: http://x.invalid/q\n\n[q]",
+        )
         s.append_message(
             "assistant", "<https://x.invalid/auto> and \\<b>bold</b>", reasoning_content=X
         )
@@ -106,4 +113,4 @@ def test_markdown_export_renders_no_markup_or_link_from_the_log(store: FileStore
         assert _markup(html) == [], key
         assert "<a " not in html and "<img" not in html and "<b>" not in html, key
     text = replay.export_markdown(store, "md").decode()
-    assert "[here]\\(javascript" in text and "&lt;b>" in text  # still readable as text
+    assert "\\[here](javascript" in text and "&lt;b>" in text  # still readable as text
