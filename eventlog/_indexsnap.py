@@ -26,7 +26,6 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from hashlib import blake2b
 from typing import Final
 
 import msgspec
@@ -38,31 +37,32 @@ from ._fileindex import FileIndexFiles, IndexName
 from ._fold import SessionState
 from ._idindex import ID_RECORD, IdIndex, id_digest
 from ._msgindex import RECORD, MessageList, pack_record
-from ._snapshot import SNAPSHOT_FORMAT, Anchor, SnapshotError
+from ._snapshot import (
+    DIGEST_SIZE,
+    Anchor,
+    Anchored,
+    SnapshotError,
+    digest,
+    make_anchored,
+    seal,
+    snapshot_decoder,
+    unseal,
+)
 
 INDEX_VERSION: Final = 3
 INDEX_MAGIC: Final = b"SLSNAP3\n"
 CHUNK: Final = 1024
-_DIGEST: Final = 16
 
 
-class IndexMeta(msgspec.Struct, kw_only=True):
-    """The folded state of one session after line ``line_no`` (event ``seq``), messages apart."""
+class IndexMeta(Anchored, kw_only=True):
+    """The folded state of one session after line ``line_no`` (event ``seq``), messages apart.
 
-    format: str = SNAPSHOT_FORMAT
+    Its state holds no messages and no ids (they are in the record files).
+    """
+
     version: int = INDEX_VERSION
-    key: str
-    header: Header
-    seq: int
-    head: str
-    prev_head: str
-    line_start: int
-    offset: int
-    line_no: int
-    #: The state with no messages and no ids (they are in the record files).
-    state: SessionState
     #: Live messages: ``[start, stop)`` ranges of message records, oldest first.
-    ranges: list[tuple[int, int]] = []
+    ranges: list[tuple[int, int]] = msgspec.field(default_factory=list)
     #: Message records written (the message events up to ``seq``), and their chunk digests.
     records: int = 0
     record_digests: bytes = b""
@@ -70,28 +70,7 @@ class IndexMeta(msgspec.Struct, kw_only=True):
     id_digests: bytes = b""
 
 
-def _enc_hook(obj: object) -> object:
-    if isinstance(obj, MessageList):
-        return []
-    if isinstance(obj, IdIndex):
-        return {}
-    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
-
-
-def _dec_hook(kind: type, obj: object) -> object:
-    if kind is MessageList:
-        return MessageList()
-    if kind is IdIndex:
-        return IdIndex()
-    raise NotImplementedError(f"cannot decode {kind.__name__}")
-
-
-_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-_decoder = msgspec.msgpack.Decoder(IndexMeta, dec_hook=_dec_hook)
-
-
-def _digest(data: bytes | memoryview, key: bytes, person: bytes = b"sl-snapshot") -> bytes:
-    return blake2b(data, digest_size=_DIGEST, key=key, person=person).digest()
+_decoder = snapshot_decoder(IndexMeta)
 
 
 def is_index_snapshot(data: bytes) -> bool:
@@ -101,32 +80,22 @@ def is_index_snapshot(data: bytes) -> bool:
 
 def encode_meta(meta: IndexMeta, key: bytes = b"") -> bytes:
     """Serialise ``meta`` with its digest."""
-    body = INDEX_MAGIC + _encoder.encode(meta)
-    return body + _digest(body, key)
+    return seal(INDEX_MAGIC, meta, key)
 
 
 def decode_meta(data: bytes, session: str, key: bytes = b"") -> IndexMeta:
     """Check and decode an index snapshot of ``session``; raise SnapshotError if unusable."""
-    if len(data) < len(INDEX_MAGIC) + _DIGEST or not data.startswith(INDEX_MAGIC):
-        raise SnapshotError("not an index snapshot (bad magic or too short)")
-    body, digest = data[:-_DIGEST], data[-_DIGEST:]
-    if _digest(body, key) != digest:
-        raise SnapshotError("digest mismatch (damaged, or written with another key)")
-    try:
-        meta = _decoder.decode(memoryview(body)[len(INDEX_MAGIC) :])
-    except (msgspec.DecodeError, NotImplementedError) as exc:
-        raise SnapshotError(f"undecodable: {exc}") from exc
-    if meta.format != SNAPSHOT_FORMAT or meta.version != INDEX_VERSION:
-        raise SnapshotError(f"format {meta.format!r} v{meta.version} is not readable")
-    if meta.key != session or meta.state.key != session:
-        raise SnapshotError(f"it is a snapshot of session {meta.key!r}")
-    if meta.state.seq != meta.seq or meta.state.head != meta.head:
-        raise SnapshotError("its state disagrees with its own anchor")
-    if not 0 <= meta.line_start < meta.offset:
-        raise SnapshotError("bad anchor offsets")
-    if len(meta.record_digests) != _chunks(meta.records) * _DIGEST:
+    meta = unseal(
+        data,
+        magic=INDEX_MAGIC,
+        version=INDEX_VERSION,
+        session=session,
+        key=key,
+        decode=_decoder.decode,
+    )
+    if len(meta.record_digests) != _chunks(meta.records) * DIGEST_SIZE:
         raise SnapshotError("its message index digests do not match its record count")
-    if len(meta.id_digests) != _chunks(meta.seq) * _DIGEST:
+    if len(meta.id_digests) != _chunks(meta.seq) * DIGEST_SIZE:
         raise SnapshotError("its id index digests do not match its seq")
     if any(not 0 <= a < b <= meta.records for a, b in meta.ranges):
         raise SnapshotError("a message range is outside its records")
@@ -171,8 +140,8 @@ class _Chunks:
         first = index * CHUNK
         n = min(CHUNK, self.count - first)
         data = self.files.read(self.name, first * self.size, n * self.size)
-        want = self.digests[index * _DIGEST : (index + 1) * _DIGEST]
-        if len(data) != n * self.size or _digest(data, self.key, b"sl-index") != want:
+        want = self.digests[index * DIGEST_SIZE : (index + 1) * DIGEST_SIZE]
+        if len(data) != n * self.size or digest(data, self.key, b"sl-index") != want:
             raise IndexDamaged(f"{self.files.path(self.name)}: chunk {index} fails its digest")
         if len(self._cache) >= 16:
             self._cache.pop(next(iter(self._cache)))
@@ -405,21 +374,11 @@ def _finish(
         files, "ids", ID_RECORD, first_seq - 1, base.id_digests if base else b"", id_out, hash_key
     )
     bare = msgspec.structs.replace(state, messages=MessageList(), ids=IdIndex())
-    meta = IndexMeta(
-        key=header.key,
-        header=header,
-        seq=anchor.seq,
-        head=anchor.head,
-        prev_head=anchor.prev_head,
-        line_start=anchor.line_start,
-        offset=anchor.offset,
-        line_no=anchor.line_no,
-        state=bare,
-        ranges=_merge(ranges),
-        records=records + len(msg_out),
-        record_digests=record_digests,
-        id_digests=id_digests,
-    )
+    meta = make_anchored(IndexMeta, header, bare, anchor)
+    meta.ranges = _merge(ranges)
+    meta.records = records + len(msg_out)
+    meta.record_digests = record_digests
+    meta.id_digests = id_digests
     return encode_meta(meta, hash_key)
 
 
@@ -510,15 +469,15 @@ def _extend(
     if partial:
         start = count - partial
         head = files.read(name, start * size, partial * size)
-        want = digests[-_DIGEST:]
-        if len(head) != partial * size or _digest(head, key, b"sl-index") != want:
+        want = digests[-DIGEST_SIZE:]
+        if len(head) != partial * size or digest(head, key, b"sl-index") != want:
             raise SnapshotError(f"the {name} file disagrees with the snapshot it extends")
-        kept = digests[:-_DIGEST]
+        kept = digests[:-DIGEST_SIZE]
     data = b"".join(new)
     if data:
         files.write(name, count * size, data)
     tail = head + data
     out = [kept]
     for i in range(0, len(tail), CHUNK * size):
-        out.append(_digest(tail[i : i + CHUNK * size], key, b"sl-index"))
+        out.append(digest(tail[i : i + CHUNK * size], key, b"sl-index"))
     return b"".join(out)

@@ -61,7 +61,7 @@ from ._pg_io import _PgIO, idle_ok
 from ._pg_notify import NotifyWaker
 from ._pg_schema import is_current, migrate
 from ._pg_writer import PgSessionWriter
-from ._snapshot import _DIGEST, _MAGIC, SnapshotError, check_anchor, decode_snapshot, resume
+from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume, snapshot_seq
 from ._store import BaseStore
 from ._store_types import CutReport, OpenReport, RawSession
 from ._tokens import TokenCounter
@@ -71,21 +71,6 @@ from ._writer import Durability, SessionWriter
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
-
-
-class _SnapshotSeq(msgspec.Struct):
-    seq: int
-
-
-_snapshot_seq = msgspec.msgpack.Decoder(_SnapshotSeq)
-
-
-def snapshot_seq(data: bytes) -> int | None:
-    """The seq a snapshot was taken at (None if unreadable: opening then reads every line)."""
-    try:
-        return _snapshot_seq.decode(memoryview(data)[len(_MAGIC) : -_DIGEST]).seq
-    except (msgspec.DecodeError, ValueError):
-        return None
 
 
 def _adopting(

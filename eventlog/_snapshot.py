@@ -2,7 +2,9 @@
 
 A snapshot file is ``MAGIC || body || digest`` where ``body`` is the msgpack of
 :class:`Snapshot` and ``digest`` is a 16-byte blake2b of ``MAGIC || body`` (keyed with the
-store's secret when it has one, so only key holders can forge a snapshot).
+store's secret when it has one, so only key holders can forge a snapshot). This module owns
+that sealing, and the checks of the fields every format shares (:class:`Anchored`), for the
+index snapshots of :mod:`eventlog._indexsnap` too.
 
 Invariants:
 - A snapshot never wins over the log. It is used only when its digest is right, it names the
@@ -22,10 +24,11 @@ Invariants:
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from hashlib import blake2b
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
@@ -38,13 +41,15 @@ from ._msgindex import MessageList
 SNAPSHOT_FORMAT: Final = "sessionlog-snapshot"
 SNAPSHOT_VERSION: Final = 2
 _MAGIC: Final = b"SLSNAP1\n"
-_DIGEST: Final = 16
+#: Size of every snapshot digest (the file's, and the index record files' chunk digests).
+DIGEST_SIZE: Final = 16
 
 SnapshotHealth = Literal["missing", "valid", "stale", "corrupt"]
 
 
-class Snapshot(msgspec.Struct, kw_only=True):
-    """The folded state of one session after line ``line_no`` (event ``seq``) of its log."""
+class Anchored(msgspec.Struct, kw_only=True):
+    """What every snapshot format stores first: whose state it is, where in the log it is
+    anchored, and the state (what the anchor checks read from a snapshot of either format)."""
 
     format: str = SNAPSHOT_FORMAT
     version: int = SNAPSHOT_VERSION
@@ -59,8 +64,14 @@ class Snapshot(msgspec.Struct, kw_only=True):
     offset: int
     #: Its 1-based line number.
     line_no: int
-    #: The folded state; its live messages are kept apart, in ``messages``.
+    #: The folded state (what each format keeps apart is said by its subclass).
     state: SessionState
+
+
+class Snapshot(Anchored, kw_only=True):
+    """The folded state of one session after line ``line_no`` (event ``seq``) of its log;
+    its live messages are kept apart, in ``messages``."""
+
     messages: list[StoredMessage] = []
 
 
@@ -73,18 +84,6 @@ class StoredMessage(msgspec.Struct, array_like=True, gc=False):
     h: str
     tokens: int
     body: bytes
-
-
-class Anchored(Protocol):
-    """What the anchor checks read from a snapshot of either format."""
-
-    header: Header
-    seq: int
-    head: str
-    prev_head: str
-    line_start: int
-    offset: int
-    line_no: int
 
 
 class _SeqOnly(msgspec.Struct):
@@ -108,7 +107,6 @@ def _dec_hook(kind: type, obj: object) -> object:
 
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-_decoder = msgspec.msgpack.Decoder(Snapshot, dec_hook=_dec_hook)
 _seq_decoder = msgspec.json.Decoder(_SeqOnly)
 
 
@@ -116,8 +114,59 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be used (bad digest, bad encoding, another session's)."""
 
 
-def _digest(data: bytes, key: bytes) -> bytes:
-    return blake2b(data, digest_size=_DIGEST, key=key, person=b"sl-snapshot").digest()
+def digest(data: bytes | memoryview, key: bytes, person: bytes = b"sl-snapshot") -> bytes:
+    """The keyed digest that seals a snapshot (``person`` tells the index chunks' apart)."""
+    return blake2b(data, digest_size=DIGEST_SIZE, key=key, person=person).digest()
+
+
+def seal(magic: bytes, snapshot: Anchored, key: bytes) -> bytes:
+    """``magic || msgpack(snapshot) || digest``: a snapshot file of either format."""
+    body = magic + _encoder.encode(snapshot)
+    return body + digest(body, key)
+
+
+S = TypeVar("S", bound=Anchored)
+
+
+def snapshot_decoder(kind: type[S]) -> msgspec.msgpack.Decoder[S]:
+    """A decoder for a snapshot format (the state's message list and ids as :func:`seal`
+    writes them)."""
+    return msgspec.msgpack.Decoder(kind, dec_hook=_dec_hook)
+
+
+def unseal(
+    data: bytes,
+    *,
+    magic: bytes,
+    version: int,
+    session: str,
+    key: bytes,
+    decode: Callable[[memoryview], S],
+) -> S:
+    """Check a sealed snapshot of ``session`` and decode its body with ``decode``.
+
+    Raises:
+        SnapshotError: bad magic, digest or encoding, another format or version, another
+            session's, or an anchor that disagrees with its own state.
+    """
+    if len(data) < len(magic) + DIGEST_SIZE or not data.startswith(magic):
+        raise SnapshotError("not a snapshot of this format (bad magic or too short)")
+    body = memoryview(data)[:-DIGEST_SIZE]
+    if digest(body, key) != data[-DIGEST_SIZE:]:
+        raise SnapshotError("digest mismatch (damaged, or written with another key)")
+    try:
+        snapshot = decode(body[len(magic) :])
+    except (msgspec.DecodeError, NotImplementedError) as exc:
+        raise SnapshotError(f"undecodable: {exc}") from exc
+    if snapshot.format != SNAPSHOT_FORMAT or snapshot.version != version:
+        raise SnapshotError(f"format {snapshot.format!r} v{snapshot.version} is not readable")
+    if snapshot.key != session or snapshot.state.key != session:
+        raise SnapshotError(f"it is a snapshot of session {snapshot.key!r}")
+    if snapshot.state.seq != snapshot.seq or snapshot.state.head != snapshot.head:
+        raise SnapshotError("its state disagrees with its own anchor")
+    if not 0 <= snapshot.line_start < snapshot.offset:
+        raise SnapshotError("bad anchor offsets")
+    return snapshot
 
 
 def encode_snapshot(snapshot: Snapshot, key: bytes = b"") -> bytes:
@@ -133,8 +182,7 @@ def encode_snapshot(snapshot: Snapshot, key: bytes = b"") -> bytes:
     flat = msgspec.structs.replace(
         snapshot, state=msgspec.structs.replace(state, messages=[]), messages=stored
     )
-    body = _MAGIC + _encoder.encode(flat)
-    return body + _digest(body, key)
+    return seal(_MAGIC, flat, key)
 
 
 class _Anchor(msgspec.Struct):
@@ -148,37 +196,53 @@ class _Anchor(msgspec.Struct):
 _anchor = msgspec.msgpack.Decoder(_Anchor)
 
 
+def _peek(data: bytes) -> _Anchor | None:
+    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + DIGEST_SIZE:
+        return None
+    try:
+        anchor = _anchor.decode(memoryview(data)[len(_MAGIC) : -DIGEST_SIZE])
+    except msgspec.DecodeError:
+        return None
+    return anchor if anchor.seq >= 0 else None
+
+
 def peek_snapshot(data: bytes, session: str) -> tuple[int, str] | None:
     """The seq and head a stored snapshot of ``session`` records, read without its state.
 
     Cheap, and unchecked: the digest is not verified (a damaged snapshot can at worst give a
     false alarm when compared with the log). None when ``data`` cannot be read this way.
     """
-    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + _DIGEST:
-        return None
-    try:
-        anchor = _anchor.decode(memoryview(data)[len(_MAGIC) : -_DIGEST])
-    except msgspec.DecodeError:
-        return None
-    if anchor.key != session or anchor.seq < 0 or not anchor.head:
+    anchor = _peek(data)
+    if anchor is None or anchor.key != session or not anchor.head:
         return None
     return anchor.seq, anchor.head
 
 
+def snapshot_seq(data: bytes) -> int | None:
+    """The seq a stored snapshot was taken at, read like :func:`peek_snapshot` (None if
+    unreadable)."""
+    anchor = _peek(data)
+    return None if anchor is None else anchor.seq
+
+
 def decode_snapshot(data: bytes, session: str, key: bytes = b"") -> Snapshot:
     """Check and decode a snapshot of ``session``; raise :class:`SnapshotError` if unusable."""
-    if len(data) < len(_MAGIC) + _DIGEST or not data.startswith(_MAGIC):
-        raise SnapshotError("not a snapshot (bad magic or too short)")
-    body, digest = data[:-_DIGEST], data[-_DIGEST:]
-    if _digest(body, key) != digest:
-        raise SnapshotError("digest mismatch (damaged, or written with another key)")
+    return unseal(
+        data, magic=_MAGIC, version=SNAPSHOT_VERSION, session=session, key=key, decode=_decode
+    )
+
+
+_decoder = snapshot_decoder(Snapshot)
+
+
+def _decode(body: memoryview) -> Snapshot:
     # Decoding allocates one dict and struct per message: pausing the cyclic collector while
     # they are built saves about a quarter of the time, and nothing here can form a cycle.
     paused = gc.isenabled()
     if paused:
         gc.disable()
     try:
-        snapshot = _decoder.decode(memoryview(body)[len(_MAGIC) :])
+        snapshot = _decoder.decode(body)
         snapshot.state.messages = MessageList(
             MessageAppended(
                 seq=m.seq, ts=m.ts, id=m.id, h=m.h, tokens=m.tokens, body=msgspec.Raw(m.body)
@@ -186,19 +250,9 @@ def decode_snapshot(data: bytes, session: str, key: bytes = b"") -> Snapshot:
             for m in snapshot.messages
         )
         snapshot.messages = []
-    except (msgspec.DecodeError, NotImplementedError) as exc:
-        raise SnapshotError(f"undecodable: {exc}") from exc
     finally:
         if paused:
             gc.enable()
-    if snapshot.format != SNAPSHOT_FORMAT or snapshot.version != SNAPSHOT_VERSION:
-        raise SnapshotError(f"format {snapshot.format!r} v{snapshot.version} is not readable")
-    if snapshot.key != session or snapshot.state.key != session:
-        raise SnapshotError(f"it is a snapshot of session {snapshot.key!r}")
-    if snapshot.state.seq != snapshot.seq or snapshot.state.head != snapshot.head:
-        raise SnapshotError("its state disagrees with its own anchor")
-    if not 0 <= snapshot.line_start < snapshot.offset:
-        raise SnapshotError("bad anchor offsets")
     return snapshot
 
 
@@ -291,7 +345,13 @@ def anchor_of(
 
 def make_snapshot(header: Header, state: SessionState, anchor: Anchor) -> Snapshot:
     """A snapshot of ``state`` (folded up to ``anchor``)."""
-    return Snapshot(
+    return make_anchored(Snapshot, header, state, anchor)
+
+
+def make_anchored(kind: type[S], header: Header, state: SessionState, anchor: Anchor) -> S:
+    """A snapshot of format ``kind`` of ``state`` (folded up to ``anchor``), its other fields
+    at their defaults."""
+    return kind(
         key=header.key,
         header=header,
         seq=anchor.seq,
