@@ -25,7 +25,7 @@ import msgspec
 from ._errors import EventLogError, StorageError
 from ._fold import EndedConversation, SessionState
 from ._pg_schema import channel_name
-from ._preview import preview_candidates
+from ._preview import PREVIEW_MESSAGES, USER_PREVIEW, preview_candidates, preview_with_role
 
 if TYPE_CHECKING:
     import psycopg
@@ -186,6 +186,8 @@ class CatalogValues:
     summary: str | None
     #: Encoded only for a full write (only non-message events change it).
     conversations: Conversations
+    #: Whether appending messages can no longer change ``preview`` (see :func:`catalog_values`).
+    settled: bool = False
 
     def hot(self) -> tuple[Any, ...]:
         """Columns every append changes, in the order of the write statements."""
@@ -221,7 +223,9 @@ def catalog_values(state: SessionState) -> CatalogValues:
     """The catalog columns of ``state``.
 
     ``preview`` keeps the preview's candidates (``preview_candidates``): the read side runs the
-    same preview rule over them.
+    same preview rule over them. They are ``settled`` once the rule stopped before the last
+    message (a user message with display text, or the most candidates kept): messages appended
+    after that cannot change them.
     """
     # An encrypted session: the catalog columns keep no title, metadata, preview or summary.
     candidates = [] if state.sealed else preview_candidates(state.messages)
@@ -251,6 +255,25 @@ def catalog_values(state: SessionState) -> CatalogValues:
             if state.sealed
             else state.ended,
         ),
+        settled=state.sealed
+        or len(candidates) >= PREVIEW_MESSAGES
+        or preview_with_role(candidates)[1] == USER_PREVIEW,
+    )
+
+
+def hot_values(state: SessionState) -> tuple[Any, ...]:
+    """The catalog columns a message event changes (``append_event``'s order): updated_at,
+    messages, live_tokens, total_messages, total_tokens, last_consolidated, lifecycle,
+    end_reason."""
+    return (
+        state.updated_at,
+        len(state.messages),
+        state.live_tokens,
+        state.total_messages,
+        state.total_tokens,
+        state.last_consolidated,
+        state.lifecycle,
+        state.end_reason,
     )
 
 
@@ -375,6 +398,11 @@ class Statements:
                 "{arrays}",
                 "ARRAY[%b::bigint], ARRAY[%b::bigint], ARRAY[%b::bytea], ARRAY[%b::bytea]",
             )
+        )
+        # The common append (migration 6): one message, only the columns a message changes.
+        self.append_event = q(
+            "SELECT status, cur_seq, cur_head, cur_size, tail FROM {s}.append_event("
+            "%b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b, %b)"
         )
         self.append_many = q(
             call.replace("{arrays}", "%b::bigint[], %b::bigint[], %b::bytea[], %b::bytea[]")

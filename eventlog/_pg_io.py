@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 from ._codec import LineDecoder
 from ._errors import SessionNotFoundError, StorageError
 from ._fold import SessionState, apply
-from ._pg_common import catalog_values, event_row, notify_payload, translate
+from ._pg_common import (
+    CatalogValues,
+    catalog_values,
+    event_row,
+    hot_values,
+    notify_payload,
+    translate,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -127,7 +134,9 @@ class _PgIO:
         self._key = key
         self._kb = key.encode()
         self._size = size
+        # The catalog preview last written, and whether appended messages can still change it.
         self._preview: bytes | None = None
+        self._settled = False
         #: The state may hold events whose commit is unknown: rebuild it before the next use.
         self.stale = False
         # store.batch(): the open transaction's connection, owner thread, depth, staged lines.
@@ -175,7 +184,29 @@ class _PgIO:
         state: SessionState,
     ) -> Outcome:
         """Run ``append_events`` for ``pending`` (staged on top of ``base_seq``/``base_head``,
-        already folded into ``state``); return what the server answered."""
+        already folded into ``state``); return what the server answered.
+
+        One message on a session whose preview is settled (the common case) goes through
+        ``append_event``: only the columns a message changes, no catalog recomputed.
+        """
+        sql = self._store._sql
+        if len(pending) == 1 and self._settled and pending[0].tag == "message":
+            p = pending[0]
+            size = self._size + len(p.line)
+            args: tuple[Any, ...] = (
+                self._kb,
+                base_seq,
+                base_head,
+                p.seq,
+                self._size,
+                p.id.encode(),
+                p.line,
+                state.head,
+                size,
+                *hot_values(state),
+                notify_payload(self._key, state.seq),
+            )
+            return self._answer(self.execute(conn, sql.append_event, args), size, None)
         values = catalog_values(state)
         full = values.preview != self._preview or any(p.tag != "message" for p in pending)
         positions: list[int] = []
@@ -183,9 +214,8 @@ class _PgIO:
         for p in pending:
             positions.append(size)
             size += len(p.line)
-        sql = self._store._sql
         one = len(pending) == 1
-        args: tuple[Any, ...] = (
+        args = (
             self._kb,
             base_seq,
             base_head,
@@ -204,20 +234,29 @@ class _PgIO:
             values.lifecycle,
             values.end_reason,
             full,
-            values.title,
-            values.metadata,
-            values.preview,
-            values.summary,
+            values.title if full else None,
+            values.metadata if full else None,
+            values.preview if full else None,
+            values.summary if full else None,
             values.encoded_conversations() if full else None,
             notify_payload(self._key, state.seq),
         )
         row = self.execute(conn, sql.append_one if one else sql.append_many, args)
+        return self._answer(row, size, values)
+
+    def _answer(
+        self, row: tuple[Any, ...] | None, size: int, values: CatalogValues | None
+    ) -> Outcome:
+        """The :class:`Outcome` of an append statement's row; on success, the new size and,
+        when the catalog was computed, its preview and whether that is settled."""
         if row is None:  # pragma: no cover - the function always returns one row
-            raise StorageError(self.name, "append", "append_events returned nothing")
+            raise StorageError(self.name, "append", "the append statement returned nothing")
         status = int(row[0])
         if status == 0:
             self._size = size
-            self._preview = values.preview
+            if values is not None:
+                self._preview = values.preview
+                self._settled = values.settled
             return Outcome(0)
         if status == 2:
             return Outcome(2)
@@ -254,6 +293,7 @@ class _PgIO:
                 for event in self._store._unseal_events(self._key, state, events):
                     apply(state, event)
                 self._size = moved.size
+                self._settled = False  # others' events may have changed the messages
                 return
         self.reload(conn, state)  # cut, replaced or otherwise not a continuation: start over
 
@@ -266,6 +306,7 @@ class _PgIO:
         for name in SessionState.__struct_fields__:
             setattr(state, name, getattr(fresh, name))
         self._preview = None
+        self._settled = False
         self.stale = False
 
     def refresh(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:

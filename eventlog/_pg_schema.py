@@ -74,6 +74,50 @@ BEGIN
 END
 $fn$"""
 
+#: The common append in one statement: one message event, only the catalog columns a message
+#: changes (title, metadata, preview, summary and conversations stay), no arrays. Same answers
+#: as ``append_events``. About a quarter cheaper on the server than ``append_events`` with
+#: one-element arrays and the unchanged wide columns sent along (measured in tools/bench).
+APPEND_EVENT_FUNCTION: Final = """
+CREATE OR REPLACE FUNCTION {s}.append_event(
+    p_key bytea, p_seq bigint, p_head text,
+    p_new_seq bigint, p_pos bigint, p_id bytea, p_line bytea,
+    p_new_head text, p_size bigint, p_updated timestamptz,
+    p_messages integer, p_live bigint, p_total_messages bigint, p_total_tokens bigint,
+    p_consolidated integer, p_lifecycle text, p_end_reason text, p_notify text,
+    OUT status integer, OUT cur_seq bigint, OUT cur_head text, OUT cur_size bigint,
+    OUT tail bytea
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+    UPDATE {s}.sessions SET
+        seq = p_new_seq, head = p_new_head, size = p_size,
+        updated_at = p_updated, messages = p_messages, live_tokens = p_live,
+        total_messages = p_total_messages, total_tokens = p_total_tokens,
+        last_consolidated = p_consolidated, lifecycle = p_lifecycle, end_reason = p_end_reason
+    WHERE key = p_key AND seq = p_seq AND head = p_head;
+    IF FOUND THEN
+        INSERT INTO {s}.events (key, seq, pos, id, line)
+            VALUES (p_key, p_new_seq, p_pos, p_id, p_line);
+        IF p_notify IS NOT NULL AND EXISTS (
+            SELECT 1 FROM {s}.followers f WHERE f.key = p_key OR f.key = '\\x'::bytea
+        ) THEN
+            PERFORM pg_notify({channel}, p_notify);
+        END IF;
+        status := 0;
+        RETURN;
+    END IF;
+    SELECT s.seq, s.head, s.size INTO cur_seq, cur_head, cur_size
+        FROM {s}.sessions s WHERE s.key = p_key;
+    IF NOT FOUND THEN
+        status := 2;
+        RETURN;
+    END IF;
+    status := 1;
+    SELECT string_agg(e.line, ''::bytea ORDER BY e.seq) INTO tail
+        FROM {s}.events e WHERE e.key = p_key AND e.seq > p_seq AND e.seq <= cur_seq;
+END
+$fn$"""
+
 #: (version, what it does, SQL statements with ``{s}`` standing for the schema identifier).
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
@@ -187,6 +231,11 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "ALTER TABLE {s}.snapshots ADD COLUMN IF NOT EXISTS seq bigint",
             APPEND_FUNCTION,
         ),
+    ),
+    (
+        6,
+        "append_event: the common append (one message) without arrays or unchanged columns",
+        (APPEND_EVENT_FUNCTION,),
     ),
 )
 

@@ -35,6 +35,7 @@ from sessionledger.eventlog import (
     decode_log,
     verify_chain,
 )
+from sessionledger.eventlog._pg_common import catalog_values
 from sessionledger.eventlog._pg_io import _PgIO
 from sessionledger.eventlog._pg_schema import SCHEMA_VERSION
 
@@ -638,6 +639,85 @@ def test_catalog_row_matches_the_fold(make_pg: StoreFactory, dsn: str) -> None:
     assert msgspec.json.decode(row[12]) == [{"role": "user", "content": "Plan a trip to Kyoto"}]
 
 
+def _catalog_row(dsn: str, pg: PostgresStore, key: str) -> tuple[Any, ...]:
+    cols = (
+        "seq, head, size, updated_at, messages, live_tokens, total_messages, total_tokens, "
+        "last_consolidated, lifecycle, end_reason, title, metadata, preview, summary, "
+        "conversations"
+    )
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            f'SELECT {cols} FROM "{pg.schema}".sessions WHERE key = %s', (key.encode(),)
+        ).fetchone()
+    assert row is not None
+    return tuple(bytes(v) if isinstance(v, bytes | memoryview) else v for v in row)
+
+
+def _folded_row(pg: PostgresStore, key: str) -> tuple[Any, ...]:
+    state = make_fold(pg, key)
+    v = catalog_values(state)
+    return (
+        v.seq,
+        v.head,
+        len(pg.read_bytes(key)),
+        v.updated_at,
+        v.messages,
+        v.live_tokens,
+        v.total_messages,
+        v.total_tokens,
+        v.last_consolidated,
+        v.lifecycle,
+        v.end_reason,
+        v.title,
+        v.metadata,
+        v.preview,
+        v.summary,
+        v.encoded_conversations(),
+    )
+
+
+def make_fold(pg: PostgresStore, key: str) -> Any:
+    loaded = pg.load(key, snapshot=False)
+    assert loaded is not None
+    return loaded.state
+
+
+def test_catalog_row_equals_the_fold_after_every_kind_of_append(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """The common append writes only the columns a message changes: the row still equals
+    a fold of the log while the preview settles, after other stores' events, and after
+    events that are not messages."""
+    pg, other = make_pg(), make_pg()
+    key = "cat:1"
+    w = pg.session(key)
+    steps: list[Any] = [
+        lambda: w.append_message("tool", "no preview from a tool", tool_call_id="t1"),
+        lambda: w.append_message("assistant", "an assistant preview, for now"),
+        lambda: w.append_message("user", ""),  # no display text: not settled yet
+        lambda: w.append_message("user", "the user's preview settles it"),
+        lambda: w.append_message("assistant", "after it"),  # the one-message statement
+        lambda: other.session(key).update_metadata(set={"title": "from another store"}),
+        lambda: w.append_message("user", "after another store's event"),
+        lambda: other.session(key).append_message("user", "another store's message"),
+        lambda: w.append_message("assistant", "caught up"),
+        lambda: w.update_metadata(set={"title": "renamed"}),
+        lambda: w.append_message("user", "after the rename"),
+        lambda: w.append_message("assistant", "only this one stays"),
+        # Another store drops all but the last message: the preview is open again, and the
+        # next message (appended after catching up) must write it.
+        lambda: other.session(key).trim(len(other.state(key).messages) - 1, "truncate"),
+        lambda: w.append_message("user", "a new first user message"),
+    ]
+    for n, step in enumerate(steps):
+        step()
+        assert _catalog_row(dsn, pg, key) == _folded_row(pg, key), n
+    many = make_pg().session("cat:2")
+    for n in range(12):  # more than the preview keeps, none with user text: settles by count
+        many.append_message("assistant", f"a{n}")
+        assert _catalog_row(dsn, pg, "cat:2") == _folded_row(pg, "cat:2"), n
+
+
 def test_snapshot_opens_the_same_state_and_a_bad_one_loses_to_the_log(
     make_pg: StoreFactory, dsn: str
 ) -> None:
@@ -881,6 +961,31 @@ def test_an_older_schema_is_migrated_in_place(make_pg: StoreFactory, dsn: str) -
         ).fetchall()
     assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
     assert again.read_bytes("telegram:42") == pg.read_bytes("telegram:42")
+
+
+def test_a_version_5_database_is_migrated_and_appends_through_append_event(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """A database left at schema version 5 (before ``append_event``), with sessions in it."""
+    pg = make_pg()
+    _conversation(pg)
+    before = pg.read_bytes("telegram:42")
+    pg.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP FUNCTION "{pg.schema}".append_event')
+        conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 5')
+    again = make_pg()
+    with psycopg.connect(dsn) as conn:
+        top = conn.execute(f'SELECT max(version) FROM "{pg.schema}".schema_version').fetchone()
+    assert top == (SCHEMA_VERSION,) and SCHEMA_VERSION == 6
+    w = again.session("telegram:42")
+    seq = w.seq
+    for n in range(3):  # the first writes the catalog in full, the rest take append_event
+        assert w.append_message("user", f"after the upgrade {n}") == seq + n + 1
+    data = again.read_bytes("telegram:42")
+    assert data.startswith(before) and data.count(b"\n") == before.count(b"\n") + 3
+    assert not verify_chain(data).problems
+    assert _catalog_row(dsn, again, "telegram:42") == _folded_row(again, "telegram:42")
 
 
 def test_a_forked_child_never_uses_its_parents_connections(make_pg: StoreFactory, dsn: str) -> None:
