@@ -38,6 +38,7 @@ from ._pg_common import (
     event_row,
     hot_values,
     notify_payload,
+    run,
     translate,
 )
 
@@ -266,7 +267,7 @@ class _PgIO:
         self, conn: psycopg.Connection[tuple[Any, ...]], query: Any, args: Sequence[Any]
     ) -> tuple[Any, ...] | None:
         """Run the append statement and fetch its row (one round trip; a seam for tests)."""
-        return conn.execute(query, args).fetchone()
+        return run(conn, query, args).fetchone()
 
     # -- catching up with other writers ----------------------------------------------------
 
@@ -314,7 +315,7 @@ class _PgIO:
         if self.stale:
             self.reload(conn, state)
             return
-        row = conn.execute(self._store._sql.since, (state.seq, self._kb)).fetchone()
+        row = run(conn, self._store._sql.since, (state.seq, self._kb)).fetchone()
         if row is None:
             raise SessionNotFoundError(self._key)
         cur_seq, cur_head = int(row[0]), str(row[1])

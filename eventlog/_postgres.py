@@ -53,6 +53,7 @@ from ._pg_common import (
     key_parts,
     notify_payload,
     require_psycopg,
+    run,
     tail_bytes,
     text,
     translate,
@@ -259,7 +260,7 @@ class PostgresStore(BaseStore):
         ``writing``: the caller is about to append, so a log in a newer format than this library
         writes raises :class:`NewerFormatError` (it can be read, never appended to)."""
         kb = key.encode()
-        rows = conn.execute(self._sql.open, {"k": kb}, binary=True).fetchall()
+        rows = run(conn, self._sql.open, {"k": kb}, binary=True).fetchall()
         if not rows:
             return None
         if rows[0][0] == 0:
@@ -503,7 +504,7 @@ class PostgresStore(BaseStore):
         """Whether a session with ``key`` exists."""
         kb = check_key(key).encode()
         with self._reading("read") as conn:
-            return conn.execute(self._sql.exists, (kb,)).fetchone() is not None
+            return run(conn, self._sql.exists, (kb,)).fetchone() is not None
 
     def state(self, key: str) -> SessionState:
         """The current folded state of ``key`` (what every writer has committed)."""
@@ -522,7 +523,7 @@ class PostgresStore(BaseStore):
         """The log's length and its bytes from ``offset`` on (only the rows from there)."""
         kb = check_key(key).encode()
         with self._reading("read") as conn:
-            rows = conn.execute(self._sql.tail, {"k": kb, "o": offset}, binary=True).fetchall()
+            rows = run(conn, self._sql.tail, {"k": kb, "o": offset}, binary=True).fetchall()
         if not rows:
             raise SessionNotFoundError(key)
         return tail_bytes(rows, offset)
@@ -639,14 +640,14 @@ class PostgresStore(BaseStore):
         """
         query, params = catalog_query(self.schema, filter)
         with self._reading("list") as conn:
-            rows = conn.execute(query, params, binary=True).fetchall()
+            rows = run(conn, query, params, binary=True).fetchall()
         return [catalog_record(row) for row in rows]
 
     def committed(self, key: str, event_id: str) -> int | None:
         """The seq ``event_id`` was committed at in ``key``, or None (after an unknown outcome)."""
         kb = check_key(key).encode()
         with self._reading("read") as conn:
-            row = conn.execute(self._sql.find_id, (kb, event_id.encode())).fetchone()
+            row = run(conn, self._sql.find_id, (kb, event_id.encode())).fetchone()
         return None if row is None else int(row[0])
 
     def follow_waker(self, key: str) -> NotifyWaker:

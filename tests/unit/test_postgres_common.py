@@ -115,7 +115,7 @@ def test_catalog_query_binds_every_filter() -> None:
 
     query, params = catalog_query("s", Filter())
     assert params == [b"ab", b"ab\xff", b"a", b"p", "idle", Filter().created_after, 20, 40]
-    assert "ORDER BY created_at DESC, key LIMIT %s OFFSET %s" in query.as_string(None)
+    assert b"ORDER BY created_at DESC, key LIMIT %s OFFSET %s" in query
     with pytest.raises(ValueError):
         catalog_query("s", Filter(order="sideways"))
 
