@@ -50,6 +50,7 @@ from ._keystore import KeyProvider, KeyStore
 from ._lifecycle import CleanupReport, EndHook, TrashEntry
 from ._memstore import MemoryStore
 from ._names import check_key
+from ._segments import DEFAULT_SEGMENT_BYTES
 from ._store import BaseStore
 from ._store_types import CutReport, LoadedLog, OpenReport
 from ._tokens import TokenCounter
@@ -525,6 +526,7 @@ class AsyncFileStore(AsyncBaseStore):
         key_provider: KeyProvider | None = None,
         key_store: KeyStore | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
         self._files = FileStore(
             root,
@@ -536,6 +538,7 @@ class AsyncFileStore(AsyncBaseStore):
             key_provider=key_provider,
             key_store=key_store,
             max_open_files=max_open_files,
+            segment_bytes=segment_bytes,
         )
         super().__init__(self._files, offload=True)
 

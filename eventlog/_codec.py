@@ -34,12 +34,14 @@ from ._events import (
     UnknownEvent,
 )
 from ._jsonbytes import escape_unsafe
+from ._segments import check_next, segment_number
 from ._values import LINE_MAX_DEPTH, line_too_deep
 
 ZERO_HASH: Final = "0" * 32
 _GC_PAUSE_BYTES: Final = 1 << 20
 _HASH_OPEN: Final = b',"h":"'
 _HASH_CLOSE: Final = b'"}'
+_HEADER_START: Final = b'{"type":"header"'
 #: Bytes after the body: ``,"h":"`` + 32 hex + ``"}`` (the newline not included).
 SUFFIX_LEN: Final = len(_HASH_OPEN) + 32 + len(_HASH_CLOSE)
 
@@ -153,6 +155,10 @@ class Decoded:
     bad: Problem | None = None
     torn: TornTail | None = None
     lines: int = 0
+    #: The newest format version any header read says (a later segment's may be newer).
+    version: int = 0
+    #: The segment the last valid line is in (1 for a log not in segments; 0: not known).
+    segment: int = 0
 
     @property
     def last_seq(self) -> int:
@@ -189,6 +195,9 @@ class LineDecoder:
         #: Offset just past the last complete valid line.
         self.offset = offset
         self.bad: Problem | None = None
+        #: The segment the last line is in (0: not known, in a tail read without its header).
+        self.segment = 0
+        self.version = 0
         self._buf = b""
         self._more_after_bad = False
 
@@ -239,6 +248,8 @@ class LineDecoder:
             bad=self.bad,
             torn=torn,
             lines=self.line_no,
+            version=self.version,
+            segment=self.segment,
         )
 
     def finish(self) -> TornTail | None:
@@ -292,10 +303,14 @@ class LineDecoder:
             self.header = header
             self.last_seq = header.seq
             self.head = h
+            self.segment = segment_number(header)
+            self.version = header.version
             return None
         try:
             event: Event = _event_decoder.decode(line)
         except msgspec.ValidationError as exc:
+            if line.startswith(_HEADER_START):
+                return self._next_segment(line, h)
             unknown = _decode_unknown(line)
             if unknown is None:
                 return f"invalid event: {exc}"
@@ -307,6 +322,28 @@ class LineDecoder:
         self.last_seq = event.seq
         self.head = h
         return event
+
+    def _next_segment(self, line: bytes, h: str) -> str | None:
+        """A header in the middle: the next segment's (see ``_segments``), or the bad line's reason."""
+        try:
+            header = _header_decoder.decode(line)
+        except _UNREADABLE as exc:
+            return f"bad segment header: {exc}"
+        offset = self.offset if self.header is not None and self.header.segment == 0 else None
+        reason = check_next(
+            header,
+            first=self.header if self.header is not None and self.header.segment == 0 else None,
+            segment=self.segment,
+            seq=self.last_seq,
+            head=self.head,
+            offset=offset,
+        )
+        if reason is not None:
+            return reason
+        self.segment = header.segment
+        self.version = max(self.version, header.version)
+        self.head = h
+        return None
 
 
 def _decode_unknown(line: bytes | memoryview) -> UnknownEvent | None:

@@ -21,7 +21,10 @@ import msgspec
 from ._jsonbytes import encode_json
 
 FORMAT_NAME: Final = "sessionlog"
-FORMAT_VERSION: Final = 1
+#: The newest format version this library reads and writes (2: logs in segments).
+FORMAT_VERSION: Final = 2
+#: The version a header says when it omits the field: every first segment is written so.
+BASE_VERSION: Final = 1
 
 _decode_message = msgspec.json.Decoder(dict[str, Any]).decode
 
@@ -64,16 +67,20 @@ class Header(_Base, tag="header", kw_only=True, frozen=True):
     """The first line of every log file: what the file is and which session it holds.
 
     ``seq`` of a header is the seq of the last event before this segment (0 for the first
-    segment) and ``prev_h`` that event's hash, so a later segment chains onto the previous one.
+    segment) and ``prev_h`` the previous segment's last hash, so a later segment chains onto
+    the previous one (see :mod:`eventlog._segments`).
     """
 
     format: str = FORMAT_NAME
-    version: int = FORMAT_VERSION
+    #: 1 (omitted) for a log's first segment; 2 for every later segment (see _segments).
+    version: int = BASE_VERSION
     key: str
     created_at: datetime
     metadata: dict[str, Any] = {}
     segment: int = 0
     prev_h: str = ""
+    #: A later segment: the byte offset in the whole log (segments end to end) it starts at.
+    offset: int = 0
     #: A fork: the session it was forked from, the seq it was forked at, and the hash of that
     #: seq's line in the source (``replay.verify`` checks it while the source exists).
     fork_of: str | None = None

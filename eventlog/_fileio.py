@@ -39,6 +39,7 @@ from ._changes import ChangeTable, slot_of
 from ._errors import LockedError, SessionNotFoundError, StorageError
 from ._fold import SessionState
 from ._safeio import open_regular, read_fd
+from ._segfiles import LiveStart, read_closed, read_live_start, roll, rolled_away
 
 if TYPE_CHECKING:
     from ._store import BaseStore
@@ -219,7 +220,19 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class FileIO:
-    """A session's log file held by a writer: the ``SessionIO`` of the file store."""
+    """A session's log file held by a writer: the ``SessionIO`` of the file store.
+
+    Sizes and offsets are of the whole log (its segments end to end); the descriptor is the
+    live segment's, whose bytes start at ``seg.base`` (see :mod:`eventlog._segfiles`).
+    """
+
+    #: The live segment: its number and where it starts in the log.
+    seg = LiveStart()
+    #: Roll to a new segment when the live one reaches this many bytes (0: never).
+    segment_bytes = 0
+    hash_key = b""
+    #: Sync the new segment's header and the closed segment at a roll (durability not "none").
+    sync_roll = True
 
     def __init__(
         self,
@@ -264,16 +277,81 @@ class FileIO:
         pool.adopt(self)
 
     def reopen(self, pool: FdPool) -> None:
-        """Open the path again after an eviction; the log must still be the same file."""
+        """Open the path again after an eviction; the log must still be the same file (or the
+        segment after it, when it was rolled meanwhile)."""
         try:
             fd = open_nofollow(self.name, OPEN_FLAGS, evict=lambda: pool._evict_one(keep=self))
         except FileNotFoundError as exc:
             raise SessionNotFoundError(self.key) from exc
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != self._ident:
-            os.close(fd)
-            raise SessionNotFoundError(self.key)
+            if not self._was_rolled():
+                os.close(fd)
+                raise SessionNotFoundError(self.key)
+            self._ident = (st.st_dev, st.st_ino)
+            self.seg = read_live_start(fd)
         self.fd = fd
+
+    # -- segments ------------------------------------------------------------------------------
+
+    def _was_rolled(self) -> bool:
+        root, name = os.path.split(self.name)
+        return rolled_away(root, name[: -len(".jsonl")], self.seg.segment, self._ident)
+
+    def _follow_roll(self) -> bool:
+        """Under the lock of a closed segment: lock the live one instead (False: not rolled)."""
+        if not self._was_rolled():
+            return False
+        while True:
+            try:
+                fd = open_nofollow(self.name, OPEN_FLAGS)
+            except FileNotFoundError:
+                return False
+            try:
+                lock_fd(fd, self.key, self.name, self._lock_timeout)
+                st = os.fstat(fd)
+                try:
+                    now = os.stat(self.name, follow_symlinks=False)
+                except FileNotFoundError:
+                    now = None
+                if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                    os.close(fd)  # rolled again (or removed) meanwhile: look again
+                    if now is None:
+                        return False
+                    continue
+                start = read_live_start(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            old, self.fd = self.fd, fd
+            os.close(old)  # and with it the closed segment's lock
+            self._ident = (st.st_dev, st.st_ino)
+            self.seg = start
+            return True
+
+    def _roll(self) -> None:
+        """Under the lock, caught up: close the live segment and continue in a new one."""
+        state = self._state
+        assert state is not None
+        root, name = os.path.split(self.name)
+        done = roll(
+            self.fd,
+            root=root,
+            stem=name[: -len(".jsonl")],
+            seq=state.seq,
+            head=state.head,
+            size=self._size,
+            hash_key=self.hash_key,
+            sync=self.sync_roll,
+        )
+        old, self.fd = self.fd, done.fd
+        os.close(old)
+        self._ident = done.ident
+        self.seg = done.start
+        self._size += len(done.line)
+        state.head = done.head
+        if self._changes is not None:
+            self._changes.bump(self._slot)
 
     def drop_fd(self) -> None:
         """Close the descriptor (idle: no lock is held on it)."""
@@ -316,7 +394,7 @@ class FileIO:
 
     def _cut_back(self, cause: OSError) -> None:
         try:
-            os.ftruncate(self.fd, self._size)
+            os.ftruncate(self.fd, self._size - self.seg.base)
         except OSError as exc:  # pragma: no cover - the disk refuses even a truncate
             raise StorageError(
                 self.name, "append", f"{cause}; and cutting back the partial line failed: {exc}"
@@ -338,8 +416,14 @@ class FileIO:
                 pool.unpin(self)
 
     def truncate(self, size: int) -> None:
+        if size < self.seg.base:
+            raise StorageError(
+                self.name,
+                "truncate",
+                f"byte {size} is in a closed segment (the live one starts at {self.seg.base})",
+            )
         try:
-            os.ftruncate(self.fd, size)
+            os.ftruncate(self.fd, size - self.seg.base)
         except OSError as exc:
             raise StorageError(self.name, "truncate", os.strerror(exc.errno or errno.EIO)) from exc
         finally:
@@ -391,12 +475,18 @@ class FileIO:
             except FileNotFoundError:
                 now = None
             if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                raise SessionNotFoundError(self.key)
-        return st.st_size
+                if not self._follow_roll():
+                    raise SessionNotFoundError(self.key)
+                st = os.fstat(self.fd)
+        return self.seg.base + st.st_size
 
     def read_from(self, offset: int) -> bytes:
-        """The log's bytes from ``offset`` on."""
-        return read_fd(self.fd, offset)
+        """The log's bytes from ``offset`` on (from the closed segments too, if it is in them)."""
+        base = self.seg.base
+        if offset >= base:
+            return read_fd(self.fd, offset - base)
+        root, name = os.path.split(self.name)
+        return read_closed(root, name[: -len(".jsonl")], self.seg, offset) + read_fd(self.fd, 0)
 
     # -- the transaction -------------------------------------------------------------------------
 
@@ -465,7 +555,7 @@ class FileIO:
             try:
                 st = os.fstat(fd)
                 if (
-                    st.st_size != self._size
+                    st.st_size + self.seg.base != self._size
                     or not st.st_nlink
                     or not st.st_mode & LIVE_BIT
                     or self.stale
@@ -475,6 +565,8 @@ class FileIO:
                     self._store._catch_up(self.key, self, self._state, locked=True)
                 else:
                     self.contended = False
+                if self.segment_bytes and self._size - self.seg.base >= self.segment_bytes:
+                    self._roll()
             except BaseException:
                 self._depth = 0
                 if self.fd >= 0:  # else: found removed, and closed

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import gzip
 import os
 import stat
 import time
@@ -77,6 +78,15 @@ from ._safeio import (
     write_atomic,
 )
 from ._seal import seal, unseal
+from ._segfiles import (
+    all_closed,
+    has_segments,
+    read_closed,
+    read_live_start,
+    read_segment,
+    read_whole,
+)
+from ._segments import DEFAULT_SEGMENT_BYTES
 from ._snapshot import Snapshot
 from ._store import BaseStore
 from ._tokens import TokenCounter
@@ -134,6 +144,8 @@ class FileStore(BaseStore):
         key_store: where the wrapped data keys live (default: ``root/.keys``).
         max_open_files: most log descriptors kept open for writers, and never more than half
             the process's limit (least recently used are closed, and reopened on next append).
+        segment_bytes: a log whose live segment reaches this many bytes continues in a new
+            segment file (docs/FORMAT.md, "Segments"); 0 never starts one.
     """
 
     def __init__(
@@ -148,7 +160,13 @@ class FileStore(BaseStore):
         key_provider: KeyProvider | None = None,
         key_store: KeyStore | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
+        if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int):
+            raise InvalidEventError(f"segment_bytes must be an int, not {segment_bytes!r}")
+        if segment_bytes < 0:
+            raise InvalidEventError(f"segment_bytes must not be negative, not {segment_bytes}")
+        self.segment_bytes = segment_bytes
         if isinstance(max_open_files, bool) or not isinstance(max_open_files, int):
             raise InvalidEventError(f"max_open_files must be an int, not {max_open_files!r}")
         if max_open_files < 1:
@@ -219,9 +237,37 @@ class FileStore(BaseStore):
         """Where ``key``'s snapshot is kept."""
         return self.root / (key_to_stem(key) + SNAPSHOT_SUFFIX)
 
-    def _index_files(self, key: str) -> FileIndexFiles:
+    def _index_files(self, key: str) -> FileIndexFiles | None:
+        # Index records hold offsets into one file: a log in segments keeps format-2 snapshots.
+        if has_segments(str(self.root), key_to_stem(key)):
+            return None
+        return self._index_paths(key)
+
+    def _index_paths(self, key: str) -> FileIndexFiles:
         stem = str(self.root / key_to_stem(key))
         return FileIndexFiles(stem + LOG_SUFFIX, stem, stem + LOG_SUFFIX)
+
+    def compress_segments(self, key: str) -> list[Path]:
+        """Gzip the closed segments of ``key``'s log (``<stem>.<n>.seg.gz``); readers and
+        ``verify`` read them as before. Returns the files written. The live segment is left
+        alone; a crash leaves both forms of one segment, and the next call finishes."""
+        done: list[Path] = []
+        for path in self._segment_paths(key):
+            if path.name.endswith(".gz"):
+                continue
+            data = read_segment(str(path), False)
+            target = path.with_name(path.name + ".gz")
+            write_atomic(str(self.root), target.name, gzip.compress(data, mtime=0))
+            remove(str(path))
+            done.append(target)
+        if done and self.durability != "none":
+            fsync_dir(str(self.root))
+        return done
+
+    def _segment_paths(self, key: str) -> list[Path]:
+        """The closed segments of ``key``'s log on disk, oldest first (the live one is
+        :meth:`path_for`)."""
+        return [Path(p) for p in all_closed(str(self.root), key_to_stem(check_key(key)))]
 
     def _open_raw_from(
         self, key: str, create: bool, snap: Snapshot | IndexMeta | None
@@ -274,8 +320,12 @@ class FileStore(BaseStore):
                     os.fchmod(fd, 0o600)  # a log restored from the trash, or made read-only
                 if created and self.durability != "none":
                     fsync_dir(str(self.root))
-                base = start if 0 < start <= os.fstat(fd).st_size else 0
-                data = self._read_fd(fd, base)
+                live = read_live_start(fd)
+                size = live.base + os.fstat(fd).st_size
+                base = start if 0 < start <= size else 0
+                data = self._read_fd(fd, max(0, base - live.base))
+                if base < live.base:
+                    data = read_closed(str(self.root), key_to_stem(key), live, base) + data
             except OSError as exc:
                 os.close(fd)
                 raise storage_error(path, "open", exc) from exc
@@ -294,6 +344,10 @@ class FileStore(BaseStore):
                 changes=self._changes,
                 lock_timeout=self.lock_timeout,
             )
+            io.seg = live
+            io.segment_bytes = self.segment_bytes
+            io.hash_key = self.hash_key
+            io.sync_roll = self.durability != "none"
             return _Raw(io, data, created, base)
 
     @staticmethod
@@ -305,7 +359,18 @@ class FileStore(BaseStore):
         io.release(self._pool)
 
     def _read_raw(self, key: str) -> bytes | None:
-        return read_file(str(self.path_for(key)))
+        # The whole log: closed segments (immutable once closed) read after the live one.
+        path = str(self.path_for(key))
+        try:
+            fd = _open_nofollow(path, _READ_FLAGS)
+        except FileNotFoundError:
+            return None
+        try:
+            return read_whole(str(self.root), key_to_stem(key), fd)[1]
+        except OSError as exc:
+            raise storage_error(path, "read", exc) from exc
+        finally:
+            os.close(fd)
 
     def exists(self, key: str) -> bool:
         """Whether a session with ``key`` exists: one ``stat`` of its log, nothing read."""
@@ -344,10 +409,7 @@ class FileStore(BaseStore):
         except FileNotFoundError as exc:
             raise SessionNotFoundError(key) from exc
         try:
-            size = os.fstat(fd).st_size
-            if size <= offset:
-                return size, b""
-            return size, os.pread(fd, size - offset, offset)
+            return read_whole(str(self.root), key_to_stem(key), fd, offset)
         except OSError as exc:
             raise storage_error(path, "read", exc) from exc
         finally:
@@ -416,8 +478,11 @@ class FileStore(BaseStore):
         if raw is None:
             return False
         try:
-            self._index_files(key).remove()
+            self._index_paths(key).remove()
+            closed = self._segment_paths(key)
             for path in (self.snapshot_path(key), self.quarantine_path(key), self.path_for(key)):
+                remove(str(path))
+            for path in closed:
                 remove(str(path))
             if self.durability != "none":
                 fsync_dir(str(self.root))
@@ -434,11 +499,12 @@ class FileStore(BaseStore):
             assert isinstance(raw.io, FileIO)
             fd = raw.io.fd
             try:
-                self._index_files(key).remove()  # derived: a restored log rebuilds them
+                self._index_paths(key).remove()  # derived: a restored log rebuilds them
                 # Writers holding the log notice the cleared bit on their next write (under the
                 # lock) and find the path gone: nothing is appended to a log in the trash.
                 os.fchmod(fd, 0o400)
                 files = [self.path_for(key), self.snapshot_path(key), self.quarantine_path(key)]
+                files += self._segment_paths(key)
                 try:
                     return move_to_trash(
                         self.root,
@@ -546,7 +612,20 @@ class FileStore(BaseStore):
         """A log file named by :meth:`scan_logs`: its length and bytes from ``offset`` on."""
         if "/" in name or name.startswith(".") or not name.endswith(LOG_SUFFIX):
             raise UnsafePathError(name, "not a log file name of this store")
-        return read_from(str(self.root / name), offset)
+        stem = name[: -len(LOG_SUFFIX)]
+        if not has_segments(str(self.root), stem):
+            return read_from(str(self.root / name), offset)
+        # A log in segments: the whole log's length and bytes (offsets are of the whole log).
+        try:
+            fd = open_nofollow(str(self.root / name), READ_FLAGS)
+        except (FileNotFoundError, UnsafePathError):
+            return None
+        try:
+            return read_whole(str(self.root), stem, fd, offset)
+        except OSError as exc:
+            raise storage_error(str(self.root / name), "read", exc) from exc
+        finally:
+            os.close(fd)
 
 
 def _release_all(pool: FdPool, changes: ChangeTable) -> None:

@@ -58,6 +58,7 @@ from ._safeio import (
     storage_error,
     write_new,
 )
+from ._segments import parse_segment_name
 
 logger = logging.getLogger("sessionledger.eventlog.trash")
 
@@ -288,12 +289,14 @@ def _read_entry(base: Path, entry_id: str) -> _Entry:
     stem = key_to_stem(key)
     allowed = {stem + suffix for suffix in (LOG, *SIDE)}
     for name in record.files:
-        if name not in allowed:
+        segment = parse_segment_name(name)
+        if name not in allowed and (segment is None or segment[0] != stem):
             raise UnsafePathError(where, f"names {name!r}, not a file of session {key!r}")
     log = stem + LOG
     if log not in record.files:
         raise UnsafePathError(where, f"does not name the log of session {key!r}")
     sides = tuple(stem + s for s in SIDE if stem + s in record.files)
+    sides += tuple(n for n in record.files if (p := parse_segment_name(n)) and p[0] == stem)
     return _Entry(entry_id, path, record, log, sides)
 
 
@@ -404,6 +407,12 @@ def restore_entry(root: Path, entry_id: str, *, sync: bool = True) -> str:
     src = os.path.join(entry.path, entry.log)
     if _regular(src) is None:
         raise SessionNotFoundError(f"trash entry {entry_id}")
+    if _lstat(str(root / entry.log)) is None:
+        # A log in segments: its closed segments are back before the live one is.
+        for name in entry.sides:
+            inside = os.path.join(entry.path, name)
+            if parse_segment_name(name) is not None and _regular(inside) is not None:
+                place(inside, str(root / name))
     if not place(src, str(root / entry.log)):
         raise InvalidEventError(
             f"cannot restore {entry.record.key!r}: a session with that key exists again"

@@ -582,6 +582,13 @@ class PostgresStore(BaseStore):
         if problem is not None:
             raise CorruptLogError(self._describe(key), problem.line, problem.reason)
         assert decoded.header is not None
+        if decoded.segment > 1:
+            # Rows are keyed and ordered by seq, which a segment header shares with the event
+            # before it: refuse rather than store a log that would not read back the same.
+            raise InvalidEventError(
+                f"{self._describe(key)}: a log in {decoded.segment} segments cannot be imported "
+                "into the PostgreSQL store (nothing was written)"
+            )
         kb = key.encode()
         with self._connection("import") as conn:
             conn.execute(self._sql.lock_only, (kb,))

@@ -1,4 +1,4 @@
-"""The JSON Schema of a log line (format version 1), generated from the event types.
+"""The JSON Schema of a log line (format version 2), generated from the event types.
 
 Generated with msgspec from the very structs the codec encodes and decodes, so it cannot drift
 from the code; :func:`line_schema` adds what the structs do not say: ``h`` is required and is
@@ -26,7 +26,7 @@ SCHEMA_ID = "https://sessionlog.invalid/schema/line-v1.json"
 
 
 def line_schema() -> dict[str, Any]:
-    """The JSON Schema every line of a version-1 log (header or known event) satisfies."""
+    """The JSON Schema every line of a log (header or known event) satisfies."""
     schema: dict[str, Any] = msgspec.json.schema(Header | KnownEvent)
     for definition in schema["$defs"].values():
         props = definition.get("properties", {})
@@ -59,6 +59,8 @@ def line_schema() -> dict[str, Any]:
     schema["title"] = f"sessionlog log line, format version {FORMAT_VERSION}"
     schema["description"] = (
         "One line of a session log: the header (first line) or an event. Readers keep events "
-        "of a type they do not know (from a newer writer) and pass them through."
+        "of a type they do not know (from a newer writer) and pass them through. A log in "
+        "segments has a header (version 2, segment 2, 3, ...) at the start of every later "
+        "segment; a version-1 log is a version-2 log of one segment."
     )
     return schema

@@ -213,6 +213,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         assert decoded.header is not None
         if restored is None:
             state = fold(decoded.header, decoded.events)
+        state.head = decoded.head  # the last line's: a segment header is a link too
         return LoadedLog(
             key=key,
             path=self._describe(key),
@@ -585,6 +586,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
             return False
         for event in self._unseal_events(key, state, decoded.events):
             apply(state, event)
+        state.head = decoded.head  # the last line's: a segment header is a link too
         io.set_size(decoded.valid_length)
         if torn is not None and locked:
             where = self._quarantine(
@@ -650,8 +652,9 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         if decoded.bad is not None:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
         assert decoded.header is not None
-        if decoded.header.version > FORMAT_VERSION:  # read it, never append to it
-            raise NewerFormatError(self._describe(key), decoded.header.version, FORMAT_VERSION)
+        version = max(decoded.header.version, decoded.version)
+        if version > FORMAT_VERSION:  # read it, never append to it
+            raise NewerFormatError(self._describe(key), version, FORMAT_VERSION)
         report = OpenReport(key)
         if decoded.torn is not None:
             torn = decoded.torn
@@ -662,9 +665,9 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
             if self.durability != "none":
                 raw.io.sync()
             report = OpenReport(key, torn=torn, quarantine=where)
-        if restored is not None:
-            return restored[3], report
-        return fold(decoded.header, decoded.events), report
+        state = restored[3] if restored is not None else fold(decoded.header, decoded.events)
+        state.head = decoded.head  # the last line's: a segment header is a link too
+        return state, report
 
     def _new_header(self, key: str, metadata: Mapping[str, Any] | None) -> Header:
         now = datetime.now(UTC)

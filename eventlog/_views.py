@@ -274,7 +274,9 @@ class ViewStorage(abc.ABC):
         if decoded.bad is not None:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
         assert decoded.header is not None
-        return data, decoded, decoded.header, fold(decoded.header, decoded.events)
+        state = fold(decoded.header, decoded.events)
+        state.head = decoded.head  # the last line's: a segment header is a link too
+        return data, decoded, decoded.header, state
 
     def _write_index_snapshot(
         self, key: str, files: FileIndexFiles, rebuild: bool
@@ -371,6 +373,7 @@ class ViewStorage(abc.ABC):
                 return None  # sealed with a key that is gone (erased): read the log
             restored = snap.state
         state = fold(snap.header, decoded.events, restored)
+        state.head = decoded.head  # the last line's: a segment header is a link too
         self._snapshot_seqs()[key] = snap.seq
         return snap, tail, decoded, state
 

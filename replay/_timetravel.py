@@ -107,6 +107,8 @@ def state_at(
         if seq < base:
             raise PointNotFoundError(path, f"seq {seq} is before this segment (seq {base})")
         cut = _end_of_line(data, seq - base + 1)
+        if _SEGMENT_HEADER in data:  # a log in segments: their headers are lines, not seqs
+            cut = _end_of_event(data, seq - base)
     else:
         cut = data.rfind(b"\n") + 1
     fast = scan(data, store.hash_key, end=cut)
@@ -133,6 +135,23 @@ def state_at(
         # the returned state does not keep the whole log buffer alive.
         state.messages = state.messages.detached()
     return state
+
+
+_SEGMENT_HEADER = b'\n{"type":"header"'
+
+
+def _end_of_event(data: bytes, events: int) -> int:
+    """Offset just past the line of the ``events``-th event, segment headers not counted (or
+    past the last complete line if there are fewer)."""
+    pos = data.find(b"\n")
+    while events > 0 and pos >= 0:
+        nxt = data.find(b"\n", pos + 1)
+        if nxt < 0:
+            break
+        if not data.startswith(_SEGMENT_HEADER[1:], pos + 1):
+            events -= 1
+        pos = nxt
+    return pos + 1
 
 
 def _end_of_line(data: bytes, line: int) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 from sessionledger.eventlog import (
     FORMAT_VERSION,
     BaseStore,
+    CorruptLogError,
     FileStore,
     Header,
     SessionNotFoundError,
@@ -52,7 +53,7 @@ def check_data(data: bytes, *, key: str | None, path: str, hash_key: bytes = b""
         ids.add(header.id)
         if (
             (key is None or header.key == key)
-            and header.version == FORMAT_VERSION
+            and header.version <= FORMAT_VERSION
             and len(ids) == len(fast.events) + 1
         ):
             report = SessionVerify(
@@ -87,9 +88,10 @@ def _check_decoded(decoded: Decoded, data: bytes, *, key: str | None, path: str)
         report.key = header.key
     elif header.key != key:
         problems.append(Finding(path, 1, f"the header names session {header.key!r}, not {key!r}"))
-    if header.version != FORMAT_VERSION:
+    version = max(header.version, decoded.version)
+    if version > FORMAT_VERSION:
         problems.append(
-            Finding(path, 1, f"format version {header.version}; this reader knows {FORMAT_VERSION}")
+            Finding(path, 1, f"format version {version}; this reader knows {FORMAT_VERSION}")
         )
     seen: dict[str, int] = {header.id: 1}
     line = 1
@@ -183,7 +185,12 @@ def verify_session(
     """Verify one session of ``store`` (raises :class:`SessionNotFoundError` if absent)."""
     secret = store.hash_key if hash_key is None else normalize_key(hash_key)
     path = where(store, key)
-    data = store.read_bytes(key)
+    try:
+        data = store.read_bytes(key)
+    except CorruptLogError as exc:  # a log in segments, one of them missing or not whole
+        report = SessionVerify(key=key, path=path)
+        report.problems.append(Finding(exc.path, exc.line, exc.reason))
+        return report
     checked = check_data(data, key=key, path=path, hash_key=secret)
     check_heads(checked.report, checked, (views or Views(store)).recorded(key, full=False))
     if checked.header is not None and checked.header.fork_of is not None:

@@ -83,10 +83,10 @@ def _log(version: int) -> bytes:
 
 def test_a_newer_format_is_read_but_never_appended_to(tmp_path: Path) -> None:
     store = FileStore(tmp_path, durability="none")
-    store.path_for("k").write_bytes(_log(2))
+    store.path_for("k").write_bytes(_log(3))
     before = store.read_bytes("k")
     assert store.load("k").state.message_dicts[0]["content"] == "from the future"
-    with pytest.raises(NewerFormatError, match="format version 2"):
+    with pytest.raises(NewerFormatError, match="format version 3"):
         store.session("k")
     with pytest.raises(NewerFormatError):
         store.open("k")
