@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import fcntl
 import gzip
 import os
@@ -86,9 +87,10 @@ from ._segfiles import (
     read_segment,
     read_whole,
 )
-from ._segments import DEFAULT_SEGMENT_BYTES
+from ._segments import DEFAULT_SEGMENT_BYTES, parse_segment_name
 from ._snapshot import Snapshot
 from ._store import BaseStore
+from ._store_types import CutReport
 from ._tokens import TokenCounter
 from ._views import LogStat
 from ._writer import Durability, SessionIO
@@ -415,6 +417,29 @@ class FileStore(BaseStore):
         finally:
             os.close(fd)
 
+    def cut(
+        self, key: str, offset: int, *, reason: str, expect_length: int | None = None
+    ) -> CutReport | None:
+        """See :meth:`BaseStore.cut`; a closed segment is never cut (InvalidEventError)."""
+        key = check_key(key)
+        path = str(self.path_for(key))
+        try:
+            fd = open_nofollow(path, READ_FLAGS)
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(key) from exc
+        try:
+            live = read_live_start(fd)
+        except OSError as exc:
+            raise storage_error(path, "read", exc) from exc
+        finally:
+            os.close(fd)
+        if 0 <= offset < live.base:
+            raise InvalidEventError(
+                f"byte {offset} of {path} is in a closed segment (segment {live.segment} starts "
+                f"at {live.base}): closed segments are never cut; restore the segment from a copy"
+            )
+        return super().cut(key, offset, reason=reason, expect_length=expect_length)
+
     def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
         path = str(self.quarantine_path(key))
         record: dict[str, Any] = {
@@ -593,16 +618,45 @@ class FileStore(BaseStore):
         write_atomic(str(self.root), CATALOG_NAME, seal(data, self.hash_key))
 
     def scan_logs(self) -> list[LogStat]:
-        """Every log file (name, size, inode, mtime) from one directory scan."""
-        return scan_logs(str(self.root), LOG_SUFFIX)
+        """Every log file (name, size, inode, mtime) from one directory scan; the size of a log
+        in segments is the whole log's (segments end to end)."""
+        found = scan_logs(str(self.root), LOG_SUFFIX)
+        stems = {
+            parsed[0]
+            for name in list_log_names(str(self.root), ".seg")
+            + list_log_names(str(self.root), ".seg.gz")
+            if (parsed := parse_segment_name(name)) is not None
+        }
+        if not stems:
+            return found
+        return [
+            self._whole_size(st) if st.name[: -len(LOG_SUFFIX)] in stems else st for st in found
+        ]
 
     def log_names(self) -> list[str]:
         """Every log file's name, from one directory scan without a stat per file."""
         return list_log_names(str(self.root), LOG_SUFFIX)
 
     def stat_log(self, name: str) -> LogStat | None:
-        """One log file's size, inode and mtime (None: absent or not a regular file)."""
-        return stat_log(str(self.root), name)
+        """One log file's size, inode and mtime (None: absent or not a regular file); the size
+        of a log in segments is the whole log's."""
+        st = stat_log(str(self.root), name)
+        if st is None or not has_segments(str(self.root), name[: -len(LOG_SUFFIX)]):
+            return st
+        return self._whole_size(st)
+
+    def _whole_size(self, st: LogStat) -> LogStat:
+        """``st`` of a live segment, with the size of the whole log."""
+        try:
+            fd = open_nofollow(str(self.root / st.name), READ_FLAGS)
+        except (FileNotFoundError, EventLogError):
+            return st
+        try:
+            return dataclasses.replace(st, size=read_live_start(fd).base + st.size)
+        except OSError:
+            return st
+        finally:
+            os.close(fd)
 
     def read_changes(self) -> ChangeView | None:
         """A copy of the store's change table (None: none can be kept here)."""

@@ -205,6 +205,8 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
     start, resumed, ended = info.conversation_start, info.resumed_from, row.ended
     lines: list[bytes] | None = None
     for index, peek in enumerate(peeks):
+        if peek.type == "header" and peek.seq == seq:  # a later segment's header: not an event
+            continue
         seq += 1
         if peek.seq != seq or peek.ts is None:
             return None

@@ -88,7 +88,8 @@ def repair(store: BaseStore, key: str) -> RepairReport:
         if cut is None:
             continue  # the log changed since we read it: look again
         moved = data.count(b"\n", offset) + (0 if data.endswith(b"\n") else 1)
-        kept = decoded.header.seq + (line - 2)
+        # Lines before the bad one, less the header and any later segment's header.
+        kept = decoded.header.seq + (line - 2) - data.count(b'\n{"type":"header"', 0, offset)
         rebuild_snapshot(store, key)
         refresh_catalog(store)
         return RepairReport(

@@ -18,6 +18,7 @@ from sessionledger import replay
 from sessionledger.eventlog import (
     CorruptLogError,
     FileStore,
+    InvalidEventError,
     KnownEvent,
     NewerFormatError,
     UnsafePathError,
@@ -327,4 +328,74 @@ def test_a_writer_holding_a_rolled_segment_follows_it(tmp_path: Path) -> None:
     assert w1.refresh() == 41
     w1.close()
     w2.close()
+    assert replay.verify(_store(tmp_path)).ok
+
+
+def test_the_catalog_follows_a_log_in_segments_without_rereading_it(
+    rolled: tuple[FileStore, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionledger.projections import _catalog_log
+
+    store, root = rolled
+    assert list_sessions(store)[0].messages == 60
+    st = store.stat_log(f"{STEM}.jsonl")
+    assert st is not None and st.size == len(store.read_bytes(KEY))
+    assert [s.size for s in store.scan_logs()] == [st.size]
+    wide = FileStore(root, durability="none", segment_bytes=1 << 20)  # no roll now
+    _fill(wide, 2, start=60)
+
+    def whole(*_: object) -> None:
+        raise AssertionError("the log was read whole")
+
+    monkeypatch.setattr(_catalog_log, "_read_whole", whole)
+    monkeypatch.setattr(_catalog_log, "_folded_row", whole)
+    assert list_sessions(wide)[0].messages == 62
+
+
+def test_repair_never_cuts_a_closed_segment(rolled: tuple[FileStore, Path]) -> None:
+    _, root = rolled
+    seg = root / f"{STEM}.2.seg"
+    seg.chmod(0o600)
+    seg.write_bytes(seg.read_bytes().replace(b"message", b"massage", 1))
+    before = {n: (root / n).read_bytes() for n in os.listdir(root) if not n.startswith(".")}
+    with pytest.raises(InvalidEventError, match="closed segment"):
+        replay.repair(_store(root), KEY)
+    after = {n: (root / n).read_bytes() for n in os.listdir(root) if not n.startswith(".")}
+    assert after == before  # nothing cut, nothing put in quarantine
+
+
+def test_repair_in_the_live_segment_keeps_the_right_seq(rolled: tuple[FileStore, Path]) -> None:
+    store, root = rolled
+    live = root / f"{STEM}.jsonl"
+    good = store.load(KEY).state.seq
+    with live.open("ab") as f:
+        f.write(b'{"type":"bogus"}\n{"also":"bad"}\n')
+    report = replay.repair(_store(root), KEY)
+    assert report.repaired and report.kept_seq == good
+    assert replay.verify(_store(root)).ok
+
+
+def test_snapshots_of_a_log_in_segments(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _fill(store, 40)
+    with store.session(KEY) as w:
+        w.refresh()
+    store.write_snapshot(KEY)
+    again = _store(tmp_path)
+    assert again.load(KEY).state == again.load(KEY, snapshot=False).state
+    _fill(again, 20, start=40)  # opens from the snapshot, rolls again
+    third = _store(tmp_path)
+    assert third.load(KEY).state == third.load(KEY, snapshot=False).state
+    assert third.load(KEY).state.seq == 60
+    assert replay.verify(third).ok
+
+
+def test_an_evicted_writer_reopens_onto_the_rolled_log(tmp_path: Path) -> None:
+    one = FileStore(tmp_path, durability="none", segment_bytes=SMALL, max_open_files=1)
+    w = one.session(KEY)
+    w.append_message("user", "first")
+    one.session("other").append_message("user", "evicts the first log's descriptor")
+    _fill(_store(tmp_path), 40)  # another store rolls the log several times meanwhile
+    assert w.append_message("user", "after the rolls") == 42
+    w.close()
     assert replay.verify(_store(tmp_path)).ok
