@@ -266,6 +266,8 @@ class FileIO:
         self._locked = True  # opened under the lock (see ``release``)
         self.stale = False
         self._state: SessionState | None = None
+        #: Descriptors of closed segments still in use by a sync when the log rolled.
+        self._retired: list[int] = []
 
     # -- the pool ------------------------------------------------------------------------------
 
@@ -323,11 +325,25 @@ class FileIO:
             except BaseException:
                 os.close(fd)
                 raise
-            old, self.fd = self.fd, fd
-            os.close(old)  # and with it the closed segment's lock
+            self._retire(fd)
             self._ident = (st.st_dev, st.st_ino)
             self.seg = start
             return True
+
+    def _retire(self, fd: int) -> None:
+        """Use ``fd`` (the live segment, locked) from now on; unlock the old descriptor, and
+        close it once no other thread of ours uses it (a group commit may be syncing it)."""
+        old, self.fd = self.fd, fd
+        unlock_fd(old)
+        if len(self.pinners) > 1:
+            self._retired.append(old)
+        else:
+            os.close(old)
+
+    def _close_retired(self) -> None:
+        retired, self._retired = self._retired, []
+        for fd in retired:
+            os.close(fd)
 
     def _roll(self) -> None:
         """Under the lock, caught up: close the live segment and continue in a new one."""
@@ -344,8 +360,7 @@ class FileIO:
             hash_key=self.hash_key,
             sync=self.sync_roll,
         )
-        old, self.fd = self.fd, done.fd
-        os.close(old)
+        self._retire(done.fd)
         self._ident = done.ident
         self.seg = done.start
         self._size += len(done.line)
@@ -355,12 +370,14 @@ class FileIO:
 
     def drop_fd(self) -> None:
         """Close the descriptor (idle: no lock is held on it)."""
+        self._close_retired()
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
 
     def forked(self) -> None:
         """In a forked child: forget the parent's descriptor and state; reload on next use."""
+        self._close_retired()
         fd, self.fd = self.fd, -1
         if fd >= 0:
             # Closing the child's copy leaves the parent's lock and descriptor alone.
@@ -439,6 +456,7 @@ class FileIO:
         self._size = size
 
     def close(self) -> None:
+        self._close_retired()
         if self._pool is not None:
             self._pool.forget(self)
         if self.fd >= 0:
@@ -475,7 +493,8 @@ class FileIO:
             except FileNotFoundError:
                 now = None
             if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                if not self._follow_roll():
+                # Follow a roll only with the lock held: following takes the new file's lock.
+                if not self._depth or not self._follow_roll():
                     raise SessionNotFoundError(self.key)
                 st = os.fstat(self.fd)
         return self.seg.base + st.st_size
@@ -533,6 +552,8 @@ class FileIO:
         try:
             if self.fd >= 0:  # else: found removed, and closed
                 unlock_fd(self.fd)
+            if self._retired and len(self.pinners) <= 1:
+                self._close_retired()
         finally:
             pool.unpin(self)
 

@@ -399,3 +399,31 @@ def test_an_evicted_writer_reopens_onto_the_rolled_log(tmp_path: Path) -> None:
     assert w.append_message("user", "after the rolls") == 42
     w.close()
     assert replay.verify(_store(tmp_path)).ok
+
+
+def test_threads_with_group_commit_append_across_rolls(tmp_path: Path) -> None:
+    import threading
+
+    stores = [FileStore(tmp_path, durability="batch", segment_bytes=SMALL) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def run(store: FileStore, who: str) -> None:
+        try:
+            with store.session(KEY) as w:
+                for i in range(60):
+                    w.append_message("user", f"{who}-{i} " + "u" * 40, id=f"{who}-{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(stores[i % 2], f"t{i}")) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for store in stores:
+        store.close()
+    assert errors == []
+    check = _store(tmp_path)
+    state = check.load(KEY, snapshot=False).state
+    assert state.seq == 240
+    assert replay.verify(check).ok
