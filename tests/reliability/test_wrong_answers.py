@@ -97,10 +97,10 @@ def test_a_newer_format_is_never_appended_to_on_any_store(tmp_path: Path) -> Non
     for name, make in _stores(tmp_path):
         store = make()
         try:
-            store.import_bytes("k", _log(2))
+            store.import_bytes("k", _log(3))
             before = store.read_bytes("k")
             assert store.load("k").state.message_dicts[0]["content"] == "from the future", name
-            with pytest.raises(NewerFormatError, match="format version 2"):
+            with pytest.raises(NewerFormatError, match="format version 3"):
                 store.session("k").append_message("user", "now")
             assert store.read_bytes("k") == before, name
         finally:
