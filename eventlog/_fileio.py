@@ -345,10 +345,8 @@ class FileIO:
         for fd in retired:
             os.close(fd)
 
-    def _roll(self) -> None:
+    def _roll(self, state: SessionState) -> None:
         """Under the lock, caught up: close the live segment and continue in a new one."""
-        state = self._state
-        assert state is not None
         root, name = os.path.split(self.name)
         done = roll(
             self.fd,
@@ -540,8 +538,11 @@ class FileIO:
             self._store._catch_up(self.key, self, state, locked=False)
 
     def catch_up(self, state: SessionState) -> None:
-        """With the lock held: fold into ``state`` what others appended (see the store)."""
+        """With the lock held: fold into ``state`` what others appended (see the store); roll
+        to a new segment when the live one is full."""
         self._store._catch_up(self.key, self, state, locked=True)
+        if self.segment_bytes and self._size - self.seg.base >= self.segment_bytes:
+            self._roll(state)
 
     def unlock(self) -> None:
         """Release the lock taken by :meth:`lock`."""
@@ -587,7 +588,8 @@ class FileIO:
                 else:
                     self.contended = False
                 if self.segment_bytes and self._size - self.seg.base >= self.segment_bytes:
-                    self._roll()
+                    assert self._state is not None
+                    self._roll(self._state)
             except BaseException:
                 self._depth = 0
                 if self.fd >= 0:  # else: found removed, and closed

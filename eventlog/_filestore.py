@@ -25,10 +25,12 @@ import contextlib
 import dataclasses
 import fcntl
 import gzip
+import itertools
 import os
 import stat
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,10 +40,12 @@ import msgspec
 
 from ._changes import ChangeTable, ChangeView, slot_of
 from ._errors import (
+    CorruptLogError,
     EventLogError,
     InvalidEventError,
     NotALogError,
     SessionNotFoundError,
+    StoreClosedError,
     UnsafePathError,
 )
 from ._fileindex import FileIndexFiles
@@ -77,6 +81,7 @@ from ._safeio import (
     storage_error,
     sweep_temps,
     write_atomic,
+    write_new,
 )
 from ._seal import seal, unseal
 from ._segfiles import (
@@ -87,7 +92,12 @@ from ._segfiles import (
     read_segment,
     read_whole,
 )
-from ._segments import DEFAULT_SEGMENT_BYTES, parse_segment_name
+from ._segments import (
+    DEFAULT_SEGMENT_BYTES,
+    parse_segment_name,
+    segment_name,
+    segment_starts,
+)
 from ._snapshot import Snapshot
 from ._store import BaseStore
 from ._store_types import CutReport
@@ -416,6 +426,64 @@ class FileStore(BaseStore):
             raise storage_error(path, "read", exc) from exc
         finally:
             os.close(fd)
+
+    def import_bytes(
+        self, key: str, data: bytes, *, rejected: Sequence[tuple[str, int, int, bytes]] = ()
+    ) -> str:
+        """See :meth:`BaseStore.import_bytes`; a log in segments is installed as its segment
+        files (closed ones first, then the live one), byte for byte."""
+        key = check_key(key)
+        starts = segment_starts(data)
+        if not starts:
+            return super().import_bytes(key, data, rejected=rejected)
+        decoded = self._decode(key, data)
+        problem = decoded.bad or decoded.torn
+        if problem is not None:
+            raise CorruptLogError(self._describe(key), problem.line, problem.reason)
+        with self._mutex:
+            if self._closed:
+                raise StoreClosedError("the store is closed")
+            raw = self._open_raw(key, True)
+            assert raw is not None
+            written: list[str] = []
+            try:
+                existing = raw.data
+                if existing == data:
+                    return "unchanged"
+                if existing:
+                    if not data.startswith(existing):
+                        return "clash"
+                    raise InvalidEventError(
+                        f"cannot extend {raw.io.name} with lines that cross a segment "
+                        "boundary (nothing written); import into a new key"
+                    )
+                stem = key_to_stem(key)
+                sync = self.durability != "none"
+                bounds = [0, *starts]
+                for n, (lo, hi) in enumerate(itertools.pairwise(bounds), start=1):
+                    path = str(self.root / segment_name(stem, n))
+                    try:
+                        write_new(path, data[lo:hi], sync=sync, action="import a segment")
+                    except FileExistsError as exc:
+                        raise UnsafePathError(path, f"a file is in the way of segment {n}") from exc
+                    written.append(path)
+                    os.chmod(path, 0o400, follow_symlinks=False)
+                raw.io.append(data[starts[-1] :])
+                if sync:
+                    raw.io.sync()
+                    fsync_dir(str(self.root))
+                for why, line, offset, text in rejected:
+                    self._quarantine(key, text, reason=why, line=line, offset=offset)
+                return "created"
+            except BaseException:
+                raw.io.close()
+                for path in written:
+                    remove(path)
+                if raw.created:
+                    self._remove(key)
+                raise
+            finally:
+                raw.io.close()
 
     def cut(
         self, key: str, offset: int, *, reason: str, expect_length: int | None = None

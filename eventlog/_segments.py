@@ -32,6 +32,8 @@ SEGMENT_SUFFIX: Final = ".seg"
 COMPRESSED_SUFFIX: Final = ".seg.gz"
 #: Past this many bytes, the live segment is closed and the log continues in a new one.
 DEFAULT_SEGMENT_BYTES: Final = 64 * 1024 * 1024
+#: How a later segment's header line starts, after the newline that ends the line before it.
+SEGMENT_HEADER_START: Final = b'\n{"type":"header"'
 _NAME: Final = re.compile(r"^(?P<stem>[^./][^/]*?)\.(?P<n>[1-9][0-9]{0,8})\.seg(?P<gz>\.gz)?$")
 
 
@@ -99,3 +101,14 @@ def check_next(
     if first is not None and (header.key, header.id) != (first.key, first.id):
         return f"segment {header.segment} names another session ({header.key!r})"
     return None
+
+
+def segment_starts(data: bytes) -> list[int]:
+    """The offsets at which later segments start in a whole log's bytes (lines never hold a raw
+    newline, so a newline followed by a header's opening is always a line that is a header)."""
+    out: list[int] = []
+    pos = data.find(SEGMENT_HEADER_START)
+    while pos >= 0:
+        out.append(pos + 1)
+        pos = data.find(SEGMENT_HEADER_START, pos + 1)
+    return out

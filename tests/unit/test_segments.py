@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import signal
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,11 +17,14 @@ import pytest
 
 from sessionledger import replay
 from sessionledger.eventlog import (
+    AsyncFileStore,
     CorruptLogError,
     FileStore,
     InvalidEventError,
     KnownEvent,
+    MemoryStore,
     NewerFormatError,
+    PostgresStore,
     UnsafePathError,
     _segfiles,
     decode_log,
@@ -427,3 +431,107 @@ def test_threads_with_group_commit_append_across_rolls(tmp_path: Path) -> None:
     state = check.load(KEY, snapshot=False).state
     assert state.seq == 240
     assert replay.verify(check).ok
+
+
+# -- other stores, imports and exports ---------------------------------------------------------
+
+
+def test_an_exported_log_in_segments_imports_byte_for_byte(
+    rolled: tuple[FileStore, Path], tmp_path: Path
+) -> None:
+    store, _ = rolled
+    exported = replay.export_jsonl(store, KEY)
+    memory = MemoryStore()
+    assert memory.import_bytes(KEY, exported) == "created"
+    assert memory.read_bytes(KEY) == exported
+    assert replay.verify(memory).ok
+    other = _store(tmp_path / "other")
+    assert other.import_bytes(KEY, exported) == "created"
+    assert other.import_bytes(KEY, exported) == "unchanged"
+    assert other.read_bytes(KEY) == exported
+    assert len(_segments(tmp_path / "other")) == exported.count(b'{"type":"header"') - 1
+    _fill(other, 10, start=60)  # rolls on from the imported segments
+    assert replay.verify(other).ok
+    assert other.read_bytes(KEY).startswith(exported)
+    with memory.session(KEY) as w:
+        w.append_message("user", "the memory store appends after a segment header too")
+    assert replay.verify(memory).ok
+
+
+def test_a_log_in_segments_cannot_be_extended_across_a_boundary(
+    rolled: tuple[FileStore, Path], tmp_path: Path
+) -> None:
+    store, _ = rolled
+    exported = store.read_bytes(KEY)
+    other = _store(tmp_path / "other")
+    first = exported[: exported.index(b'\n{"type":"header"') + 1]
+    assert other.import_bytes(KEY, first) == "created"
+    with pytest.raises(InvalidEventError, match="segment boundary"):
+        other.import_bytes(KEY, exported)
+    assert other.read_bytes(KEY) == first
+
+
+@pytest.fixture
+def postgres() -> Iterator[PostgresStore]:
+    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
+    if not dsn:
+        pytest.skip("PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG")
+    import psycopg
+
+    schema = f"t_{os.urandom(6).hex()}"
+    made = PostgresStore(dsn, schema=schema)
+    try:
+        yield made
+    finally:
+        made.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_postgres_keeps_one_table_and_refuses_a_log_in_segments(
+    rolled: tuple[FileStore, Path], postgres: PostgresStore
+) -> None:
+    target = postgres
+    source, _ = rolled
+    exported = source.read_bytes(KEY)
+    with pytest.raises(InvalidEventError, match="segments"):
+        target.import_bytes(KEY, exported)
+    assert not target.exists(KEY)
+    # an unsegmented log keeps its bytes, as before
+    first = exported[: exported.index(b'\n{"type":"header"') + 1]
+    assert target.import_bytes(KEY, first) == "created"
+    assert target.read_bytes(KEY) == first
+
+
+@pytest.mark.anyio
+async def test_the_async_file_store_rolls_and_reads_across_segments(tmp_path: Path) -> None:
+    async with AsyncFileStore(tmp_path, durability="none", segment_bytes=SMALL) as store:
+        s = await store.session(KEY)
+        for i in range(40):
+            await s.append_message("user", f"async {i} " + "a" * 50)
+        await s.close()
+    assert len(_segments(tmp_path)) >= 3
+    check = _store(tmp_path)
+    assert check.load(KEY, snapshot=False).state.seq == 40
+    assert replay.verify(check).ok
+
+
+def test_follow_crosses_a_roll_that_happens_while_it_follows(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _fill(store, 3)
+    follow = replay.follow(store, KEY, idle_timeout=0.05)
+    assert [next(follow).seq for _ in range(3)] == [1, 2, 3]
+    _fill(_store(tmp_path), 30, start=3)
+    assert [e.seq for e in follow] == list(range(4, 34))
+
+
+def test_a_store_that_never_rolls_still_reads_and_appends_to_segments(
+    rolled: tuple[FileStore, Path],
+) -> None:
+    _, root = rolled
+    n = len(_segments(root))
+    plain = FileStore(root, durability="none", segment_bytes=0)
+    _fill(plain, 50, start=60)
+    assert len(_segments(root)) == n
+    assert plain.load(KEY, snapshot=False).state.seq == 110
+    assert replay.verify(plain).ok
