@@ -571,6 +571,10 @@ class AsyncFileStore(AsyncBaseStore):
         """Where ``key``'s snapshot is kept."""
         return self._files.snapshot_path(key)
 
+    async def compress_segments(self, key: str) -> list[Path]:
+        """Gzip the closed segments of ``key``'s log (see :meth:`FileStore.compress_segments`)."""
+        return await self._run(lambda: self._files.compress_segments(key))
+
     async def clean_leftovers(self) -> list[str]:
         """Remove what crashed processes left (see :meth:`FileStore.clean_leftovers`)."""
         return await self._run(self._files.clean_leftovers)

@@ -535,3 +535,13 @@ def test_a_store_that_never_rolls_still_reads_and_appends_to_segments(
     assert len(_segments(root)) == n
     assert plain.load(KEY, snapshot=False).state.seq == 110
     assert replay.verify(plain).ok
+
+
+@pytest.mark.anyio
+async def test_the_async_store_compresses_segments(rolled: tuple[FileStore, Path]) -> None:
+    store, root = rolled
+    before = store.read_bytes(KEY)
+    async with AsyncFileStore(root, durability="none", segment_bytes=SMALL) as async_store:
+        done = await async_store.compress_segments(KEY)
+    assert done and all(p.name.endswith(".seg.gz") for p in done)
+    assert _store(root).read_bytes(KEY) == before
