@@ -39,7 +39,7 @@ from ._changes import ChangeTable, slot_of
 from ._errors import LockedError, SessionNotFoundError, StorageError
 from ._fold import SessionState
 from ._safeio import open_regular, read_fd
-from ._segfiles import LiveStart, read_closed, read_live_start, roll, rolled_away
+from ._segfiles import LiveStart, closed_parts, read_live_start, roll, rolled_away
 
 if TYPE_CHECKING:
     from ._store import BaseStore
@@ -503,7 +503,8 @@ class FileIO:
         if offset >= base:
             return read_fd(self.fd, offset - base)
         root, name = os.path.split(self.name)
-        return read_closed(root, name[: -len(".jsonl")], self.seg, offset) + read_fd(self.fd, 0)
+        parts = closed_parts(root, name[: -len(".jsonl")], self.seg, offset)
+        return b"".join([*parts, read_fd(self.fd, 0)])
 
     # -- the transaction -------------------------------------------------------------------------
 

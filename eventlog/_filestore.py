@@ -86,8 +86,8 @@ from ._safeio import (
 from ._seal import seal, unseal
 from ._segfiles import (
     all_closed,
+    closed_parts,
     has_segments,
-    read_closed,
     read_live_start,
     read_segment,
     read_whole,
@@ -337,7 +337,8 @@ class FileStore(BaseStore):
                 base = start if 0 < start <= size else 0
                 data = self._read_fd(fd, max(0, base - live.base))
                 if base < live.base:
-                    data = read_closed(str(self.root), key_to_stem(key), live, base) + data
+                    parts = closed_parts(str(self.root), key_to_stem(key), live, base)
+                    data = b"".join([*parts, data])
             except OSError as exc:
                 os.close(fd)
                 raise storage_error(path, "open", exc) from exc

@@ -91,7 +91,7 @@ def read_segment(path: str, compressed: bool) -> bytes:
     """A closed segment's bytes (decompressed); refuses a symlink or a non-regular file."""
     got = read_regular(path)
     if got is None:
-        raise CorruptLogError(path, 1, "this closed segment vanished while it was read")
+        raise FileNotFoundError(errno.ENOENT, "vanished", path)
     data = got[1]
     if not compressed:
         return data
@@ -103,27 +103,38 @@ def read_segment(path: str, compressed: bool) -> bytes:
         ) from exc
 
 
-def read_closed(root: str, stem: str, live: LiveStart, offset: int = 0) -> bytes:
-    """The log's bytes from ``offset`` up to where the live segment starts.
+def _read_closed_n(root: str, stem: str, n: int, of: int) -> bytes:
+    """Closed segment ``n`` (of ``of``), plain or compressed; compressed meanwhile is fine."""
+    for _ in range(3):
+        found = closed_path(root, stem, n)
+        if found is None:
+            break
+        try:
+            return read_segment(*found)
+        except FileNotFoundError:
+            continue  # compressed (plain one removed) between the look and the read
+    name = segment_name(stem, n)
+    raise CorruptLogError(
+        os.path.join(root, name),
+        1,
+        f"segment {n} of {of} is missing (neither {name} nor {name}.gz exists); the log cannot "
+        "be read whole",
+    )
+
+
+def closed_parts(root: str, stem: str, live: LiveStart, offset: int = 0) -> list[bytes]:
+    """The log's bytes from ``offset`` up to where the live segment starts, one part per
+    closed segment (the caller joins them with the live bytes: one copy).
 
     Raises :class:`CorruptLogError` for a missing segment or segments that do not end where the
     live one starts (cut, foreign or planted).
     """
     if live.segment < 2 or offset >= live.base:
-        return b""
+        return []
     parts: list[bytes] = []
     total = 0
     for n in range(1, live.segment):
-        found = closed_path(root, stem, n)
-        if found is None:
-            name = segment_name(stem, n)
-            raise CorruptLogError(
-                os.path.join(root, name),
-                1,
-                f"segment {n} of {live.segment} is missing (neither {name} nor {name}.gz "
-                "exists); the log cannot be read whole",
-            )
-        data = read_segment(*found)
+        data = _read_closed_n(root, stem, n, live.segment)
         start = total
         total += len(data)
         if total > offset:
@@ -135,7 +146,7 @@ def read_closed(root: str, stem: str, live: LiveStart, offset: int = 0) -> bytes
             f"the closed segments 1..{live.segment - 1} hold {total} bytes but segment "
             f"{live.segment} starts at byte {live.base} (a segment was cut, replaced or planted)",
         )
-    return b"".join(parts)
+    return parts
 
 
 def read_whole(root: str, stem: str, fd: int, offset: int = 0) -> tuple[int, bytes]:
@@ -145,9 +156,11 @@ def read_whole(root: str, stem: str, fd: int, offset: int = 0) -> tuple[int, byt
     if offset >= size:
         return size, b""
     tail = read_fd(fd, max(0, offset - live.base))
-    return live.base + max(0, offset - live.base) + len(tail), (
-        read_closed(root, stem, live, offset) + tail
-    )
+    if offset >= live.base:
+        return offset + len(tail), tail
+    parts = closed_parts(root, stem, live, offset)
+    parts.append(tail)
+    return live.base + len(tail), b"".join(parts)  # one copy of the whole
 
 
 def has_segments(root: str, stem: str) -> bool:
@@ -156,10 +169,22 @@ def has_segments(root: str, stem: str) -> bool:
 
 
 def all_closed(root: str, stem: str) -> list[str]:
-    """The paths of every closed segment of ``<stem>.jsonl`` on disk, oldest first."""
+    """The paths of every closed segment of ``<stem>.jsonl`` on disk, oldest first (not the
+    second link to the live file that a roll which crashed before its rename leaves)."""
+    try:
+        live = os.lstat(os.path.join(root, stem + ".jsonl"))
+        ident = (live.st_dev, live.st_ino)
+    except FileNotFoundError:
+        ident = None
     out: list[str] = []
     n = 1
     while (found := closed_path(root, stem, n)) is not None:
+        try:
+            st = os.lstat(found[0])
+        except FileNotFoundError:
+            continue  # compressed meanwhile: look again
+        if (st.st_dev, st.st_ino) == ident:
+            break
         out.append(found[0])
         n += 1
     return out

@@ -288,6 +288,10 @@ def test_kill_9_at_every_step_of_a_roll(tmp_path: Path, step: str) -> None:
     before = store.load(KEY, snapshot=False).state.seq
     assert before >= 1
     assert replay.verify(store).ok, replay.verify(store)
+    live = os.stat(store.path_for(KEY)).st_ino
+    assert all(os.stat(p).st_ino != live for p in store._segment_paths(KEY))
+    store.compress_segments(KEY)  # never the live file, even through a crashed roll's link
+    assert store.load(KEY, snapshot=False).state.seq == before
     _fill(store, 30, start=1000)  # writing on rolls again, past what the crash left
     after = store.load(KEY, snapshot=False)
     assert after.state.seq == before + 30
@@ -545,3 +549,22 @@ async def test_the_async_store_compresses_segments(rolled: tuple[FileStore, Path
         done = await async_store.compress_segments(KEY)
     assert done and all(p.name.endswith(".seg.gz") for p in done)
     assert _store(root).read_bytes(KEY) == before
+
+
+def test_a_segment_compressed_while_it_is_read_is_read_compressed(
+    rolled: tuple[FileStore, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, _ = rolled
+    before = store.read_bytes(KEY)
+    real = _segfiles.read_segment
+    calls: list[str] = []
+
+    def compressing_meanwhile(path: str, compressed: bool) -> bytes:
+        if not calls:
+            calls.append(path)
+            store.compress_segments(KEY)  # the plain file is gone now
+        return real(path, compressed)
+
+    monkeypatch.setattr(_segfiles, "read_segment", compressing_meanwhile)
+    assert store.read_bytes(KEY) == before
+    assert calls
