@@ -13,8 +13,7 @@ Invariants:
 from __future__ import annotations
 
 from datetime import datetime
-from functools import cached_property
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 import msgspec
 
@@ -90,6 +89,37 @@ class Header(_Base, tag="header", kw_only=True, frozen=True):
     sealing: str = ""
 
 
+class _Message:
+    """``MessageAppended.message``: the message dict, decoded from ``body`` on first use and
+    then kept in the event's ``__dict__`` (which later reads find first: this descriptor has no
+    ``__set__``). ``functools.cached_property`` without its lock, which Python 3.11 takes on
+    every first use (a history decodes hundreds at once); two threads racing on one event
+    decode the same bytes into equal dicts, and one is kept.
+
+    A sealed message (an encrypted store) is opened here, by the opener its store attached
+    when it read the event; it raises :class:`KeyUnavailableError` when it cannot be.
+    """
+
+    @overload
+    def __get__(self, event: None, owner: type) -> _Message: ...
+
+    @overload
+    def __get__(self, event: MessageAppended, owner: type) -> dict[str, Any]: ...
+
+    def __get__(
+        self, event: MessageAppended | None, owner: type | None = None
+    ) -> dict[str, Any] | _Message:
+        if event is None:
+            return self
+        cached = event.__dict__
+        opener = cached.get("_open")
+        message: dict[str, Any] = (
+            opener(event) if opener is not None else _decode_message(event.body)
+        )
+        cached["message"] = message
+        return message
+
+
 class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True):
     """One chat message, every key of the caller's dict kept, plus its token estimate.
 
@@ -123,18 +153,8 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
         event.__dict__["message"] = message
         return event
 
-    @cached_property
-    def message(self) -> dict[str, Any]:
-        """The message dict (decoded from ``body`` on first use, then kept).
-
-        A sealed message (an encrypted store) is opened here, by the opener its store attached
-        when it read the event; it raises :class:`KeyUnavailableError` when it cannot be.
-        """
-        opener = self.__dict__.get("_open")
-        if opener is not None:
-            opened: dict[str, Any] = opener(self)
-            return opened
-        return _decode_message(self.body)
+    #: The message dict (decoded from ``body`` on first use, then kept); see :class:`_Message`.
+    message = _Message()
 
     def _carry(self, event: MessageAppended) -> MessageAppended:
         cached = self.__dict__

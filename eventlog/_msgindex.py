@@ -361,10 +361,55 @@ class MessageList(Sequence[MessageAppended]):
 
     def _slice(self, lo: int, hi: int) -> list[MessageAppended]:
         out: list[MessageAppended] = []
-        for i in range(lo, min(hi, self._size)):
-            out.append(self._load(self._ordinal(i)))
+        stop = min(hi, self._size)
+        if lo < stop:
+            try:
+                self._prefetch(lo, stop)
+            except ValueError:  # SnapshotError: the record file is damaged; use the log
+                self._recover()
+                return self._slice(lo, hi)
+            for i in range(lo, stop):
+                event = self._load(self._ordinal(i))
+                if self._source is None:  # the record file was damaged: all in memory now
+                    return self._slice(lo, hi)
+                out.append(event)
         out.extend(self._tail[max(lo - self._size, 0) : max(hi - self._size, 0)])
         return out
+
+    def prefetch(self, lo: int, hi: int) -> None:
+        """Read the messages at positions ``lo`` to ``hi`` that are not in memory yet, with one
+        read of the log per run of consecutive blocks (a window is then indexed for free).
+
+        Raises:
+            CorruptLogError: a line is not what the index recorded.
+        """
+        lo, hi, _ = slice(lo, hi).indices(len(self))
+        hi = min(hi, self._size)
+        if lo >= hi or self._source is None:
+            return
+        try:
+            self._prefetch(lo, hi)
+        except ValueError:  # SnapshotError: the record file is damaged; use the log
+            self._recover()
+
+    def _prefetch(self, lo: int, hi: int) -> None:
+        """Load the missing blocks under positions ``lo`` to ``hi`` (indexed ones)."""
+        blocks: set[int] = set()
+        for (a, b), start in zip(self._ranges, self._starts, strict=True):
+            s, e = max(lo, start), min(hi, start + b - a)
+            if s < e:
+                blocks.update(range((a + s - start) // BLOCK, (a + e - start - 1) // BLOCK + 1))
+        missing = sorted(b for b in blocks if b not in self._cache)
+        if len(missing) > CACHE_BLOCKS:  # more than the cache keeps: load on demand instead
+            missing = missing[-CACHE_BLOCKS:]
+        run: list[int] = []
+        for block in missing:
+            if run and block != run[-1] + 1:
+                self._fill(run[0], run[-1] + 1)
+                run = []
+            run.append(block)
+        if run:
+            self._fill(run[0], run[-1] + 1)
 
     def _record(self, ordinal: int) -> tuple[Any, ...]:
         assert self._source is not None
@@ -379,12 +424,10 @@ class MessageList(Sequence[MessageAppended]):
         events = self._cache.get(block)
         if events is None:
             try:
-                events = self._read_block(block)
+                self._fill(block, block + 1)
             except ValueError:  # SnapshotError: the record file is damaged; use the log
                 return self._recover()[ordinal]
-            if len(self._cache) >= CACHE_BLOCKS:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[block] = events
+            events = self._cache[block]
         return events[ordinal - block * BLOCK]
 
     def _recover(self) -> list[MessageAppended]:
@@ -397,44 +440,63 @@ class MessageList(Sequence[MessageAppended]):
         self._set_ranges([])
         return events
 
-    def _read_block(self, block: int) -> list[MessageAppended]:
+    def _fill(self, first_block: int, stop_block: int) -> None:
+        """Read, check and cache blocks ``first_block`` to ``stop_block`` (one log read)."""
         source = self._source
         assert source is not None
-        first = block * BLOCK
+        first = first_block * BLOCK
         last = max(b for _, b in self._ranges) if self._ranges else first
-        count = min(BLOCK, max(last - first, 1))
+        count = min((stop_block - first_block) * BLOCK, max(last - first, 1))
         raw = source.records(first, count)
-        recs = [RECORD.unpack_from(raw, i * RECORD.size) for i in range(len(raw) // RECORD.size)]
-        start = recs[0][1]
-        end = recs[-1][1] + recs[-1][2]
-        data = source.read(start, end - start)
-        key = source.hash_key
-        out: list[MessageAppended] = []
-        append = out.append
-        for seq, offset, length, tokens, _role, _flags, h, prev in recs:
-            a = offset - start
-            line = data[a : a + length]
-            # The line's own hash field, then the chain from the record's previous hash: the
-            # checks LineDecoder makes, against what the index recorded.
-            if (
-                len(line) != length
-                or line[-1:] != b"\n"
-                or line[-SUFFIX_LEN - 1 : -SUFFIX_LEN + 5] != _HASH_OPEN
-                or line[-35:-3] != h.hex().encode()
-            ):
-                raise _bad(source, seq, offset, "does not have the hash the index recorded")
-            hasher = blake2b(prev.hex().encode(), digest_size=16, key=key)
-            hasher.update(memoryview(line)[: length - SUFFIX_LEN - 1])
-            if hasher.digest() != h:
-                raise _bad(source, seq, offset, "does not chain")
-            try:
-                event = _decode_message_line(line)
-            except msgspec.DecodeError as exc:
-                raise _bad(source, seq, offset, f"is not a message event ({exc})") from exc
-            if event.seq != seq or event.tokens != tokens:
-                raise _bad(source, seq, offset, "disagrees with the index on its seq or tokens")
-            append(event)
-        return out
+        events = _read_lines(source, raw)
+        cache = self._cache
+        for i, block in enumerate(range(first_block, stop_block)):
+            if len(cache) >= CACHE_BLOCKS:
+                cache.pop(next(iter(cache)))
+            cache[block] = events[i * BLOCK : (i + 1) * BLOCK]
+
+
+def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
+    """The message events of the records ``raw`` (consecutive), their lines read from the log
+    with one read and each checked against its record (see the module docstring)."""
+    size = RECORD.size
+    start = int.from_bytes(raw[8:16], "little")
+    tail = len(raw) - size
+    end = int.from_bytes(raw[tail + 8 : tail + 16], "little") + int.from_bytes(
+        raw[tail + 16 : tail + 20], "little"
+    )
+    data = source.read(start, end - start)
+    view = memoryview(data)
+    key = source.hash_key
+    out: list[MessageAppended] = []
+    append = out.append
+    open_at = SUFFIX_LEN + 1
+    for seq, offset, length, tokens, _role, _flags, h, prev in RECORD.iter_unpack(raw):
+        a = offset - start
+        b = a + length
+        body_end = b - open_at
+        # The line's own hash field, then the chain from the record's previous hash: the
+        # checks LineDecoder makes, against what the index recorded.
+        if (
+            a < 0
+            or b > len(data)
+            or data[b - 1] != 10
+            or data[body_end : body_end + 6] != _HASH_OPEN
+            or data[body_end + 6 : b - 3] != h.hex().encode()
+        ):
+            raise _bad(source, seq, offset, "does not have the hash the index recorded")
+        hasher = blake2b(prev.hex().encode(), digest_size=16, key=key)
+        hasher.update(view[a:body_end])
+        if hasher.digest() != h:
+            raise _bad(source, seq, offset, "does not chain")
+        try:
+            event = _decode_message_line(view[a:b])
+        except msgspec.DecodeError as exc:
+            raise _bad(source, seq, offset, f"is not a message event ({exc})") from exc
+        if event.seq != seq or event.tokens != tokens:
+            raise _bad(source, seq, offset, "disagrees with the index on its seq or tokens")
+        append(event)
+    return out
 
 
 def _bad(source: IndexSource, seq: int, offset: int, why: str) -> CorruptLogError:

@@ -153,8 +153,11 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
     return entry, event.tokens + (added + 3) // 4
 
 
-def _window_start(state: SessionState, max_messages: int, extend_to_user: bool = False) -> int:
-    """Rules 1-3: the index in ``state.messages`` where the window begins."""
+def _window(
+    state: SessionState, max_messages: int, extend_to_user: bool = False
+) -> list[MessageAppended]:
+    """Rules 1-3: the messages of the window, oldest first (read with one slice of
+    ``state.messages``: an indexed list reads them in one go)."""
     messages = state.messages
     n = len(messages)
     limit = max_messages if max_messages > 0 else DEFAULT_MAX_MESSAGES
@@ -168,11 +171,14 @@ def _window_start(state: SessionState, max_messages: int, extend_to_user: bool =
                 if back > base and messages[back - 1].message.get("_channel_delivery")
                 else back
             )
-    for i in range(lo, n):
-        if messages[i].message.get("role") == "user":
-            lo = i - 1 if i > lo and messages[i - 1].message.get("_channel_delivery") else i
+    window = messages[lo:n]
+    for i, event in enumerate(window):
+        if event.message.get("role") == "user":
+            if i and window[i - 1].message.get("_channel_delivery"):
+                i -= 1
+            window = window[i:]
             break
-    return lo + legal_start(messages[i].message for i in range(lo, n))
+    return window[legal_start(event.message for event in window) :]
 
 
 def _is_user(event: MessageAppended) -> bool:
@@ -184,15 +190,14 @@ def _first_user(entries: list[tuple[Entry, int]]) -> int | None:
 
 
 def _slice_tokens(
-    state: SessionState, lo: int, budget: int, include_timestamps: bool
+    messages: list[MessageAppended], budget: int, include_timestamps: bool
 ) -> list[tuple[Entry, int]]:
     """Rule 5, building entries from the newest message back only as far as needed."""
-    messages = state.messages
     kept: list[tuple[Entry, int]] = []  # newest first while collecting
     used = 0
     j = len(messages) - 1
     overflow: tuple[Entry, int] | None = None
-    while j >= lo:
+    while j >= 0:
         built = _build(messages[j], include_timestamps)
         j -= 1
         if built is None:
@@ -215,7 +220,7 @@ def _slice_tokens(
             extra.reverse()
             return extra + kept
         candidate = None
-        while j >= lo and candidate is None:
+        while j >= 0 and candidate is None:
             candidate = _build(messages[j], include_timestamps)
             j -= 1
     return kept
@@ -241,16 +246,12 @@ def history_with_tokens(
     """:func:`history` with the token count each entry was charged, entry by entry."""
     _check_arguments(state, max_messages, max_tokens)
     summary = _summary_entry(state) if include_summary else None
-    lo = _window_start(state, max_messages, extend_to_user)
+    window = _window(state, max_messages, extend_to_user)
     if max_tokens > 0:
         budget = max(1, max_tokens - summary[1]) if summary else max_tokens
-        out = _slice_tokens(state, lo, budget, include_timestamps)
+        out = _slice_tokens(window, budget, include_timestamps)
     else:
-        out = [
-            b
-            for i in range(lo, len(state.messages))
-            if (b := _build(state.messages[i], include_timestamps))
-        ]
+        out = [b for event in window if (b := _build(event, include_timestamps))]
     start = legal_start(e for e, _ in out)
     if start:
         out = out[start:]

@@ -319,3 +319,30 @@ def test_sealed_sessions_keep_format_2_snapshots(tmp_path: Path) -> None:
     )
     assert reopened.load(KEY).snapshot_seq > 0
     assert reopened.load(KEY).state == reopened.load(KEY, snapshot=False).state
+
+
+def test_a_window_slice_is_one_read_and_equals_indexing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = store_with(tmp_path, 3_000)
+    reads: list[tuple[int, int]] = []
+    original = _fileindex.FileIndexFiles.read_log
+
+    def counting(self: _fileindex.FileIndexFiles, offset: int, length: int) -> bytes:
+        reads.append((offset, length))
+        return original(self, offset, length)
+
+    monkeypatch.setattr(_fileindex.FileIndexFiles, "read_log", counting)
+    messages = store.load(KEY).state.messages
+    reads.clear()
+    window = messages[2_500:]
+    assert len(reads) == 1  # 500 messages over 9 blocks: one read
+    one_by_one = store.load(KEY).state.messages
+    assert window == [one_by_one[i] for i in range(2_500, 3_000)]
+    # With holes (the ranges a Cleared keep or a redaction leave): still each message once.
+    keep = [i for i in range(3_000) if i % 7 != 3 and not 1_000 <= i < 1_700]
+    messages.keep(keep)
+    fresh = store.load(KEY).state.messages
+    assert len(keep) > 1_900
+    assert messages[100:1_900] == [fresh[keep[i]] for i in range(100, 1_900)]
+    assert messages[::-500] == [fresh[keep[i]] for i in range(len(keep) - 1, -1, -500)]
