@@ -230,6 +230,7 @@ class AsyncBaseStore:
                 batch_window=sync.batch_window,
                 sync_in_thread=self._offload,
             )
+            log.settle = sync._settler(key)
             writer = AsyncSessionWriter(log, on_close=self._forget)
             await self._run(partial(sync._arm_writer, writer))  # an encrypted store's sealer
             self._logs[key] = log

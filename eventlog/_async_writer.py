@@ -86,6 +86,9 @@ class AsyncSessionLog:
         self.closed = False
         #: Seals an event for its line (an encrypted store arms it; None: written as is).
         self.seal: Callable[[KnownEvent], KnownEvent] | None = None
+        #: Called with the state after each write, outside the log's lock (a store that can
+        #: index the writer's own events arms it, so they leave memory; None: nothing).
+        self.settle: Callable[[SessionState], None] | None = None
         self.commit = GroupCommit(state.seq, durable=durability != "none")
         lockable = all(hasattr(io, name) for name in ("lock", "catch_up", "unlock"))
         self._lockable: LockableIO | None = io if lockable else None  # type: ignore[assignment]
@@ -129,6 +132,8 @@ class AsyncSessionLog:
         else:
             await anyio.lowlevel.checkpoint_if_cancelled()
         seq = await self._write(draft, expected_seq, event_id)
+        if self.settle is not None:
+            self.settle(self.state)
         if self.durability != "none":
             with anyio.CancelScope(shield=True):
                 if self.durability == "batch":

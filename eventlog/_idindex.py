@@ -17,16 +17,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from hashlib import blake2b
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 ID_RECORD: Final = 16
 
 
+_PROTOS: dict[bytes, Any] = {}
+
+
 def id_digest(event_id: str, key: bytes = b"") -> bytes:
     """The 8-byte digest an id record keeps (keyed like the chain, when the store is keyed)."""
-    return blake2b(
-        event_id.encode("utf-8", "surrogatepass"), digest_size=8, key=key, person=b"sl-ids"
-    ).digest()
+    proto = _PROTOS.get(key)
+    if proto is None:  # a copy of a primed hasher skips the key block and parameter set-up
+        proto = _PROTOS[key] = blake2b(digest_size=8, key=key, person=b"sl-ids")
+        if len(_PROTOS) > 64:  # a process with many keys: keep a few
+            _PROTOS.pop(next(iter(_PROTOS)))
+    hasher = proto.copy()
+    hasher.update(event_id.encode("utf-8", "surrogatepass"))
+    digest: bytes = hasher.digest()
+    return digest
 
 
 class ColdIds(Protocol):

@@ -330,13 +330,21 @@ class _NewRecords:
         self.ordinal_of: dict[int, int] = {}
 
     def add(
-        self, event: Event | None, event_id: str, offset: int, length: int, prev: str, key: bytes
+        self,
+        event: Event | None,
+        event_id: str,
+        offset: int,
+        length: int,
+        prev: str | bytes,
+        key: bytes,
+        h: bytes = b"",
     ) -> None:
-        """One line: its id record, and its message record when ``event`` is a message."""
+        """One line: its id record, and its message record when ``event`` is a message
+        (``prev``: the previous line's hash, hex or raw; ``h``: this one's, raw, if known)."""
         if isinstance(event, MessageAppended):
             self.ordinal_of[event.seq] = self.records + len(self.msg_out)
             try:
-                self.msg_out.append(pack_record(event, offset, length, prev))
+                self.msg_out.append(pack_record(event, offset, length, prev, h))
             except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
                 raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
         self.id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
@@ -387,48 +395,79 @@ _decode_message = msgspec.json.Decoder(MessageAppended).decode
 
 
 def extend_from_state(
-    files: FileIndexFiles, meta: IndexMeta, state: SessionState, tail: bytes, hash_key: bytes
+    files: FileIndexFiles,
+    meta: IndexMeta | None,
+    state: SessionState,
+    tail: bytes,
+    hash_key: bytes,
 ) -> bytes | None:
-    """The snapshot of a closing writer's ``state``, opened from ``meta`` (which is still the
-    stored snapshot), written from what the writer holds: the lines since ``meta`` are only
-    split, hash-checked and, for lines the writer does not hold, decoded. ``tail`` is the log
-    from ``meta.line_start``. None: the state does not line up with the log (take the
-    general path)."""
-    count = state.seq - meta.seq
+    """The snapshot of a writer's ``state``, opened from ``meta`` (which is still the stored
+    snapshot; None: opened without one), written from what the writer holds: the lines since
+    ``meta`` are only split and, for lines the writer does not hold, hash-checked and decoded.
+    ``tail`` is the log from ``meta.line_start`` (from byte 0 without ``meta``). None: the
+    state does not line up with the log (take the general path).
+
+    A line the writer holds is recognised by its hash field, which must be its event's hash
+    (a 128-bit value); its bytes are not hashed again here, since every read of a body
+    checks the line against the chain anyway.
+    """
+    if meta is None:
+        header_end = tail.find(b"\n")
+        decoded = decode_log(tail[: header_end + 1], key=hash_key) if header_end >= 0 else None
+        header = decoded.header if decoded is not None else None
+        if header is None or header.key != state.key or header.seq != 0 or not header.h:
+            return None
+        first_seq, records, line_no = 1, 0, 1
+        prev, prev_prev, base_start = header.h, "", 0
+        pos = header_end + 1
+    else:
+        header = meta.header
+        first_seq, records, line_no = meta.seq + 1, meta.records, meta.line_no
+        prev, prev_prev, base_start = meta.head, meta.prev_head, meta.line_start
+        pos = meta.offset - meta.line_start
+    count = state.seq - first_seq + 1
     if count <= 0:
         return None
     in_memory = {m.seq: m for m in state.messages.in_memory}
-    id_of = {seq: event_id for event_id, seq in state.ids.recent.items() if seq > meta.seq}
-    new = _NewRecords(meta.records)
-    prev = meta.head
-    prev_prev = meta.prev_head
-    pos = meta.offset - meta.line_start
-    line_start = meta.line_start
-    for seq in range(meta.seq + 1, state.seq + 1):
-        end = tail.find(b"\n", pos)
+    id_of = {seq: event_id for event_id, seq in state.ids.recent.items() if seq >= first_seq}
+    new = _NewRecords(records)
+    line_start = base_start
+    find = tail.find
+    try:
+        prev_raw = bytes.fromhex(prev)
+    except ValueError:
+        return None
+    for seq in range(first_seq, state.seq + 1):
+        end = find(b"\n", pos)
         if end < 0:
             return None
-        line = tail[pos : end + 1]
-        h = line[-35:-3].decode("ascii", "replace")
-        if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:
-            return None
         event: Event | None = in_memory.get(seq)
-        if event is None and line.startswith(_MESSAGE_TAG):
-            try:
-                event = _decode_message(line)
-            except msgspec.DecodeError:
+        if event is not None and tail[end - 34 : end - 2] == event.h.encode():
+            h = event.h
+        else:
+            if event is not None:  # the writer holds another message at this seq
                 return None
+            line = tail[pos : end + 1]
+            h = line[-35:-3].decode("ascii", "replace")
+            if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:
+                return None
+            if line.startswith(_MESSAGE_TAG):
+                try:
+                    event = _decode_message(line)
+                except msgspec.DecodeError:
+                    return None
+                if event.seq != seq or event.h != h:
+                    return None
         event_id = id_of.get(seq)
         if event_id is None:
             try:
-                event_id = _id_decoder.decode(line).id
+                event_id = _id_decoder.decode(tail[pos : end + 1]).id
             except msgspec.DecodeError:
                 return None
-        if event is not None and (event.seq != seq or event.h != h):
-            return None
-        line_start = meta.line_start + pos
-        new.add(event, event_id, line_start, len(line), prev, hash_key)
-        prev_prev, prev = prev, h
+        line_start = base_start + pos
+        raw = bytes.fromhex(h)
+        new.add(event, event_id, line_start, end + 1 - pos, prev_raw, hash_key, raw)
+        prev_prev, prev, prev_raw = prev, h, raw
         pos = end + 1
     if prev != state.head:
         return None
@@ -437,10 +476,10 @@ def extend_from_state(
         head=prev,
         prev_head=prev_prev,
         line_start=line_start,
-        offset=meta.line_start + pos,
-        line_no=meta.line_no + count,
+        offset=base_start + pos,
+        line_no=line_no + count,
     )
-    return _finish(files, meta.header, state, anchor, meta, new, hash_key)
+    return _finish(files, header, state, anchor, meta, new, hash_key)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

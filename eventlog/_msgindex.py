@@ -66,8 +66,12 @@ def role_and_flags(message: dict[str, Any]) -> tuple[int, int]:
     return ROLES.get(role, 0) if isinstance(role, str) else 0, flags
 
 
-def pack_record(event: MessageAppended, offset: int, length: int, prev_h: str) -> bytes:
-    """The record of ``event`` whose line is ``length`` bytes at ``offset`` of the log.
+def pack_record(
+    event: MessageAppended, offset: int, length: int, prev_h: str | bytes, h: bytes = b""
+) -> bytes:
+    """The record of ``event`` whose line is ``length`` bytes at ``offset`` of the log;
+    ``prev_h`` is the previous line's hash (hex, or raw), ``h`` the event's (raw) when the
+    caller has it.
 
     Raises:
         struct.error: a token count outside 32 bits (the caller then writes no index).
@@ -80,8 +84,8 @@ def pack_record(event: MessageAppended, offset: int, length: int, prev_h: str) -
         event.tokens,
         role,
         flags,
-        bytes.fromhex(event.h),
-        bytes.fromhex(prev_h),
+        h or bytes.fromhex(event.h),
+        prev_h if isinstance(prev_h, bytes) else bytes.fromhex(prev_h),
     )
 
 

@@ -453,6 +453,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
                     token_counter=self.token_counter,
                     batch_window=self.batch_window,
                 )
+                log.settle = self._settler(key)
                 writer = SessionWriter(log, on_close=self._forget)
                 try:
                     self._arm_writer(writer)  # an encrypted store's sealer, finished erasures

@@ -12,14 +12,19 @@ Invariants:
 - Snapshot policy: a snapshot is written when a writer closes and its session has at least
   :attr:`ViewStorage.snapshot_every` events past the snapshot it opened from (or past the header,
   when it opened without one); and on demand (:meth:`~ViewStorage.write_snapshot`, which
-  ``replay.recover`` and ``projections.rebuild_snapshot`` use). Appends never write one, so the
-  hot path never pays for it, and loading never writes anything.
+  ``replay.recover`` and ``projections.rebuild_snapshot`` use). Loading never writes anything.
+- A file-store writer holding :attr:`ViewStorage.settle_every` events past the index it opened
+  from extends the index snapshot from what it holds and then reads those events back from
+  the log like the rest (:meth:`ViewStorage._settle`): its memory stays flat however long it
+  appends. That costs the events since the last index (about one record pack and one id
+  digest each, no decoding), never the session.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -89,6 +94,9 @@ class ViewStorage(abc.ABC):
 
     #: Events past the last snapshot that make a closing writer write a new one.
     snapshot_every: int = 256
+    #: Events a writer holds in memory (past the index it opened from) before it indexes
+    #: them and reads them back from the log on demand (0: never; see :meth:`_settle`).
+    settle_every: int = 4096
     _hash_key: bytes
 
     # -- what the store itself provides --------------------------------------------------------
@@ -388,29 +396,102 @@ class ViewStorage(abc.ABC):
 
     def _index_on_close(self, writer: SessionWriter) -> bool:
         """Extend the index snapshot the writer opened from with what it holds (True: done)."""
-        key = writer.key
+        return self._extend_index(writer.key, writer.state)
+
+    def _settler(self, key: str) -> Callable[[SessionState], None] | None:
+        """What a writer of ``key`` calls after each write (None: this store keeps no index)."""
+        if self._index_files(key) is None or self.settle_every <= 0:
+            return None
+        return _Settler(self, key, self.settle_every)
+
+    def _settle(self, key: str, state: SessionState) -> bool:
+        """Index what a writer's ``state`` holds in memory, then read it from the index like
+        the messages it opened with: its own events leave memory (True: done).
+
+        Extends the index snapshot the state opened from (or, opened without one, writes one
+        from the header on, see :meth:`_extend_index`); the state then takes the snapshot's message list and on-disk ids, which
+        hold exactly what it held (a writer's state equals the fold of its log, and the
+        snapshot is used only when it ends at the state's own seq and head). Anything in the
+        way (another writer moved the snapshot or the log on, a sealed or private session, an
+        I/O error) leaves the state as it was.
+        """
         files = self._index_files(key)
-        source = writer.state.messages.source
-        if files is None or not isinstance(source, FileMessages) or _private(writer.state):
-            return False
-        meta = self._read_snapshot(key)
-        if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (
-            source.meta.seq,
-            source.meta.head,
-        ):
-            return False
-        _, tail = self.read_tail(key, meta.line_start)
-        if check_anchor(meta, tail, self._hash_key) is not None:
+        if files is None or _private(state):
             return False
         try:
-            blob = extend_from_state(files, meta, writer.state, tail, self._hash_key)
+            if not self._extend_index(key, state):
+                return False
+            meta = self._read_snapshot(key)
+            if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (state.seq, state.head):
+                return False
+            opened = open_state(files, meta, self._hash_key)
+        except (EventLogError, OSError, ValueError):  # ValueError: SnapshotError
+            return False
+        if opened is None:
+            return False
+        state.messages = opened.messages
+        state.ids = opened.ids
+        self._snapshot_seqs()[key] = meta.seq
+        return True
+
+    def _extend_index(self, key: str, state: SessionState) -> bool:
+        """Write the index snapshot of ``state`` from what it holds (True: done): extending
+        the one it opened from, or, opened without one (every message in memory), from the
+        log's header on."""
+        files = self._index_files(key)
+        source = state.messages.source
+        if files is None or _private(state):
+            return False
+        meta: IndexMeta | None = None
+        if isinstance(source, FileMessages):
+            stored = self._read_snapshot(key)
+            if not isinstance(stored, IndexMeta) or (stored.seq, stored.head) != (
+                source.meta.seq,
+                source.meta.head,
+            ):
+                return False
+            meta = stored
+            _, tail = self.read_tail(key, meta.line_start)
+            if check_anchor(meta, tail, self._hash_key) is not None:
+                return False
+        elif source is None:
+            _, tail = self.read_tail(key, 0)
+        else:
+            return False
+        try:
+            blob = extend_from_state(files, meta, state, tail, self._hash_key)
         except (SnapshotError, msgspec.EncodeError, OverflowError):
             return False
         if blob is None:
             return False
         self.put_snapshot(key, blob)
-        self._snapshot_seqs()[key] = writer.state.seq
+        self._snapshot_seqs()[key] = state.seq
         return True
+
+
+class _Settler:
+    """A writer's settle hook: every ``every`` events, index what the writer holds."""
+
+    __slots__ = ("_every", "_key", "_next", "_store")
+
+    def __init__(self, store: ViewStorage, key: str, every: int) -> None:
+        self._store = store
+        self._key = key
+        self._every = every
+        self._next = 0
+
+    def __call__(self, state: SessionState) -> None:
+        if state.seq < self._next:
+            return
+        source = state.messages.source
+        base = source.meta.seq if isinstance(source, FileMessages) else 0
+        if state.seq - base < self._every:
+            self._next = base + self._every
+            return
+        # Whether it works or not, the next try is a window later (a failure is not retried
+        # on every append).
+        self._next = state.seq + self._every
+        self._store._settle(self._key, state)
 
 
 def _private(state: SessionState) -> bool:

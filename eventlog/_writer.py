@@ -115,6 +115,9 @@ class SessionLog:
         self.closed = False
         #: Seals an event for its line (an encrypted store arms it; None: written as is).
         self.seal: Callable[[KnownEvent], KnownEvent] | None = None
+        #: Called with the state after each write, outside the log's lock (a store that can
+        #: index the writer's own events arms it, so they leave memory; None: nothing).
+        self.settle: Callable[[SessionState], None] | None = None
         #: Writers the store gave out and that are not closed yet.
         self.handles = 0
         self.lock = threading.RLock()
@@ -168,6 +171,8 @@ class SessionLog:
                     seal=self.seal,
                 )
                 seq = staged if isinstance(staged, int) else self._write_line(staged)
+            if self.settle is not None:
+                self.settle(self.state)
         if self.durability == "batch":
             self.make_durable(seq)
         return seq

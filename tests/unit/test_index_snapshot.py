@@ -12,9 +12,11 @@ from test_snapshot import fill
 
 from sessionledger import projections, replay
 from sessionledger.eventlog import (
+    BaseStore,
     CorruptLogError,
     FileStore,
     LocalKeyFile,
+    SessionState,
     StorageError,
     UnsafePathError,
     _fileindex,
@@ -346,3 +348,78 @@ def test_a_window_slice_is_one_read_and_equals_indexing(
     assert len(keep) > 1_900
     assert messages[100:1_900] == [fresh[keep[i]] for i in range(100, 1_900)]
     assert messages[::-500] == [fresh[keep[i]] for i in range(len(keep) - 1, -1, -500)]
+
+
+def _settled(store: BaseStore, writer_state: SessionState) -> None:
+    full = store.load(KEY, snapshot=False).state
+    assert writer_state == full
+    assert projections.history(full, max_messages=80) == projections.history(
+        writer_state, max_messages=80
+    )
+
+
+@pytest.mark.parametrize("opened_from_snapshot", [False, True])
+def test_a_writer_lets_its_own_events_go(tmp_path: Path, opened_from_snapshot: bool) -> None:
+    """Past settle_every events a writer indexes what it holds and reads it back on demand;
+    its state, its history and its retried ids stay exactly the log's."""
+    store = (
+        store_with(tmp_path, 300)
+        if opened_from_snapshot
+        else FileStore(tmp_path / "s", durability="none")
+    )
+    store.settle_every = 100
+    w = store.session(KEY)
+    seqs: dict[str, int] = {}
+    for i in range(450):
+        if i % 50 == 7:
+            seqs[f"meta-{i}"] = w.update_metadata(set={"n": i}, id=f"meta-{i}")
+        seqs[f"id-{i}"] = w.append_message("user", f"mine {i} " * 5, id=f"id-{i}")
+        state = w.state
+        assert len(state.messages.in_memory) <= 100 and len(state.ids.recent) <= 100
+    assert state.messages.source is not None and state.ids.cold is not None
+    _settled(store, state)
+    size = store.path_for(KEY).stat().st_size
+    for event_id in ("id-0", "meta-7", "id-200", "id-449"):  # retries: found, nothing written
+        assert w.append_message("user", "again", id=event_id) == seqs[event_id]
+    assert store.path_for(KEY).stat().st_size == size
+    w.close()
+    assert replay.verify(store).ok
+    again = FileStore(tmp_path / "s", durability="none")
+    assert again.load(KEY).state == again.load(KEY, snapshot=False).state
+
+
+def test_two_stores_settling_one_session_agree(tmp_path: Path) -> None:
+    """Two writers (two store objects, as two processes) append in turns and both settle:
+    each one's state stays the log's, and the log verifies."""
+    a = FileStore(tmp_path / "s", durability="none")
+    b = FileStore(tmp_path / "s", durability="none")
+    a.settle_every = b.settle_every = 64
+    wa, wb = a.session(KEY), b.session(KEY)
+    rng = random.Random(3)
+    for i in range(600):
+        writer = wa if rng.random() < 0.5 else wb
+        writer.append_message("user" if i % 2 else "assistant", f"turn {i}", id=f"t{i}")
+    wa.refresh()
+    wb.refresh()
+    assert len(wa.state.messages.in_memory) < 600 and len(wb.state.messages.in_memory) < 600
+    _settled(a, wa.state)
+    _settled(b, wb.state)
+    assert wa.append_message("user", "dup", id="t5") == wb.append_message("user", "d", id="t5")
+    wa.close()
+    wb.close()
+    assert replay.verify(a).ok
+
+
+@pytest.mark.anyio
+async def test_an_async_writer_lets_its_own_events_go(tmp_path: Path) -> None:
+    from sessionledger.eventlog import AsyncFileStore
+
+    store = AsyncFileStore(tmp_path / "s", durability="none")
+    store.sync.settle_every = 50
+    async with store.session(KEY) as w:
+        for i in range(180):
+            await w.append_message("user", f"async {i}", id=f"a{i}")
+        assert len(w.state.messages.in_memory) <= 50 and w.state.messages.source is not None
+        _settled(store.sync, w.state)
+        assert await w.append_message("user", "again", id="a3") == 4
+    assert replay.verify(store.sync).ok
