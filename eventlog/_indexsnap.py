@@ -394,18 +394,29 @@ _MESSAGE_TAG: Final = b'{"type":"message",'
 _decode_message = msgspec.json.Decoder(MessageAppended).decode
 
 
+def _ordinals(files: FileIndexFiles, meta: IndexMeta, since: int, key: bytes) -> dict[int, int]:
+    """seq -> ordinal of the message records ``since`` to ``meta.records`` (digest-checked)."""
+    chunks = _Chunks(files, "index", RECORD.size, meta.records, meta.record_digests)
+    chunks.key = key
+    raw = chunks.read(since, meta.records - since)
+    return {rec[0]: since + i for i, rec in enumerate(RECORD.iter_unpack(raw))}
+
+
 def extend_from_state(
     files: FileIndexFiles,
     meta: IndexMeta | None,
     state: SessionState,
     tail: bytes,
     hash_key: bytes,
+    since: int = 0,
 ) -> bytes | None:
     """The snapshot of a writer's ``state``, opened from ``meta`` (which is still the stored
     snapshot; None: opened without one), written from what the writer holds: the lines since
     ``meta`` are only split and, for lines the writer does not hold, hash-checked and decoded.
-    ``tail`` is the log from ``meta.line_start`` (from byte 0 without ``meta``). None: the
-    state does not line up with the log (take the general path).
+    ``tail`` is the log from ``meta.line_start`` (from byte 0 without ``meta``). ``meta`` may
+    also be a later snapshot than the state opened from (another writer extended it; it must
+    not pass the state's seq): then ``since`` is the record count of the one it opened from.
+    None: the state does not line up with the log (take the general path).
 
     A line the writer holds is recognised by its hash field, which must be its event's hash
     (a 128-bit value); its bytes are not hashed again here, since every read of a body
@@ -431,6 +442,10 @@ def extend_from_state(
     in_memory = {m.seq: m for m in state.messages.in_memory}
     id_of = {seq: event_id for event_id, seq in state.ids.recent.items() if seq >= first_seq}
     new = _NewRecords(records)
+    if meta is not None and any(seq < first_seq for seq in in_memory):
+        # Another writer indexed lines this state holds (it opened from an older snapshot):
+        # their records are in the file already; find the held messages' ordinals there.
+        new.ordinal_of.update(_ordinals(files, meta, since, hash_key))
     line_start = base_start
     find = tail.find
     try:

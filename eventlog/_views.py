@@ -419,8 +419,8 @@ class ViewStorage(abc.ABC):
         if files is None or _private(state):
             return False
         try:
-            if not self._extend_index(key, state):
-                return False
+            # Not extended: another writer may have indexed up to this very state; use it then.
+            self._extend_index(key, state)
             meta = self._read_snapshot(key)
             if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (state.seq, state.head):
                 return False
@@ -443,14 +443,18 @@ class ViewStorage(abc.ABC):
         if files is None or _private(state):
             return False
         meta: IndexMeta | None = None
+        since = 0
         if isinstance(source, FileMessages):
+            # The snapshot it opened from, or a later one (another writer extended it) that
+            # does not pass this state: both index a prefix of what the state holds.
             stored = self._read_snapshot(key)
-            if not isinstance(stored, IndexMeta) or (stored.seq, stored.head) != (
-                source.meta.seq,
-                source.meta.head,
+            mine = source.meta
+            if not isinstance(stored, IndexMeta) or not (
+                (stored.seq, stored.head) == (mine.seq, mine.head)
+                or mine.seq < stored.seq <= state.seq
             ):
                 return False
-            meta = stored
+            meta, since = stored, mine.records
             _, tail = self.read_tail(key, meta.line_start)
             if check_anchor(meta, tail, self._hash_key) is not None:
                 return False
@@ -459,7 +463,7 @@ class ViewStorage(abc.ABC):
         else:
             return False
         try:
-            blob = extend_from_state(files, meta, state, tail, self._hash_key)
+            blob = extend_from_state(files, meta, state, tail, self._hash_key, since)
         except (SnapshotError, msgspec.EncodeError, OverflowError):
             return False
         if blob is None:
@@ -472,13 +476,14 @@ class ViewStorage(abc.ABC):
 class _Settler:
     """A writer's settle hook: every ``every`` events, index what the writer holds."""
 
-    __slots__ = ("_every", "_key", "_next", "_store")
+    __slots__ = ("_every", "_key", "_next", "_store", "_wait")
 
     def __init__(self, store: ViewStorage, key: str, every: int) -> None:
         self._store = store
         self._key = key
         self._every = every
         self._next = 0
+        self._wait = every
 
     def __call__(self, state: SessionState) -> None:
         if state.seq < self._next:
@@ -488,10 +493,15 @@ class _Settler:
         if state.seq - base < self._every:
             self._next = base + self._every
             return
-        # Whether it works or not, the next try is a window later (a failure is not retried
-        # on every append).
-        self._next = state.seq + self._every
-        self._store._settle(self._key, state)
+        # A failure is not retried on every append: the wait doubles after each one (a state
+        # that cannot settle, e.g. a log in a layout the index does not cover, costs a few
+        # tries, not one per window).
+        self._next = state.seq + self._wait
+        if self._store._settle(self._key, state):
+            self._wait = self._every
+            self._next = state.seq + self._every
+        else:
+            self._wait *= 2
 
 
 def _private(state: SessionState) -> bool:

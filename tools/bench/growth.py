@@ -13,7 +13,11 @@ Figures per size:
   bytes per event of the session);
 - ``close()``: a writer that appended 300 messages closes (the snapshot policy runs there);
   the session is put back byte for byte afterwards;
-- ``exists()``: one call, in microseconds.
+- ``exists()``: one call, in microseconds;
+- a writer that appends 20,000 more messages: the memory it then holds (tracemalloc, MB;
+  with the store's ``settle_every`` and with it off, the way writers kept every event they
+  appended until ``close()``), and the append time per message (settling on and off,
+  alternating).
 
 Run: ``python -m sessionledger.tools.bench.growth [--quick] [--markdown]``; it is also the
 ``growth`` benchmark of the suite. Nothing is asserted.
@@ -41,6 +45,8 @@ from ._workload import conversation
 
 KEY = "bench:growth"
 WINDOW = 500
+#: Messages a writer appends for the memory and append-time figures.
+APPENDED = 20_000
 _CHUNK = 10_000
 _REPO = Path(__file__).resolve().parents[2]
 CACHE = _REPO / ".bench" / "growth"
@@ -136,6 +142,10 @@ class Figures:
     close: float | None = None
     exists_us: float | None = None
     bytes_per_event: float | None = None
+    appended_mb: float | None = None
+    appended_mb_unsettled: float | None = None
+    append_us: float | None = None
+    append_us_unsettled: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -257,6 +267,20 @@ def measure(n: int, runs: int, *, cache: Path = CACHE) -> Figures:
         fig.exists_us = _median(runs, exists) * 1e6
         fig.bytes_per_event = writer_memory(logdir, n)
         restore()
+        more = list(conversation(APPENDED, seed=7, big_tools=False))
+        fig.appended_mb = appended_memory(logdir, more, settle=True) / 1e6
+        restore()
+        fig.appended_mb_unsettled = appended_memory(logdir, more, settle=False) / 1e6
+        restore()
+        on: list[float] = []
+        off: list[float] = []
+        for _ in range(max(1, runs // 2)):
+            on.append(append_time(logdir, more, settle=True))
+            restore()
+            off.append(append_time(logdir, more, settle=False))
+            restore()
+        fig.append_us = statistics.median(on) * 1e6
+        fig.append_us_unsettled = statistics.median(off) * 1e6
     finally:
         loop.close()
     return fig
@@ -281,6 +305,47 @@ def writer_memory(logdir: Path, n: int) -> float:
     return (after - before) / max(events, n)
 
 
+def _writer(logdir: Path, settle: bool) -> Any:
+    from sessionledger.eventlog import FileStore
+
+    store = FileStore(logdir, durability="none")
+    if not settle:
+        store.settle_every = 0
+    return store, store.session(KEY)
+
+
+def appended_memory(logdir: Path, messages: Sequence[dict[str, Any]], *, settle: bool) -> float:
+    """Bytes an open writer holds after appending ``messages`` (from before it was opened)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        store, writer = _writer(logdir, settle)
+        for m in messages:
+            writer.append_message_dict(m)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    writer.close()
+    store.close()
+    return float(held)
+
+
+def append_time(logdir: Path, messages: Sequence[dict[str, Any]], *, settle: bool) -> float:
+    """Seconds per message of appending ``messages`` to an open writer (durability none)."""
+    store, writer = _writer(logdir, settle)
+    append = writer.append_message_dict
+    gc.collect()
+    t0 = time.perf_counter()
+    for m in messages:
+        append(m)
+    seconds = (time.perf_counter() - t0) / len(messages)
+    writer.close()
+    store.close()
+    return seconds
+
+
 def _cell(value: float | None, digits: int = 2) -> str:
     if value is None:
         return "-"
@@ -297,6 +362,10 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("`close()` after 300 appends (ms)", "close"),
     ("`exists()` (us)", "exists_us"),
     ("open writer's memory (bytes per event)", "bytes_per_event"),
+    ("writer after 20,000 appends: memory held (MB)", "appended_mb"),
+    ("the same, settling off (every appended event kept, MB)", "appended_mb_unsettled"),
+    ("append, durability none (us per message)", "append_us"),
+    ("the same, settling off (us per message)", "append_us_unsettled"),
 )
 
 
@@ -362,6 +431,19 @@ def _rows(figures: Sequence[Figures]) -> list[Row]:
                 "ms",
                 None,
                 note=f"{_cell(f.bytes_per_event)} bytes/event (goal <= 100)",
+            )
+        )
+        rows.append(
+            Row(
+                "growth",
+                f"writer after {APPENDED:,} appends, {size}",
+                "ms",
+                None,
+                note=(
+                    f"holds {_cell(f.appended_mb)} MB ({_cell(f.appended_mb_unsettled)} MB "
+                    f"settling off); append {_cell(f.append_us)} us/msg "
+                    f"({_cell(f.append_us_unsettled)} us settling off)"
+                ),
             )
         )
     return rows
