@@ -147,6 +147,11 @@ class AsyncBaseStore:
         return self._sync.snapshot_every
 
     @property
+    def settle_every(self) -> int:
+        """Events a writer holds in memory before it indexes them (see the sync store)."""
+        return self._sync.settle_every
+
+    @property
     def trash_ttl(self) -> timedelta:
         """How long a trashed session stays restorable."""
         return self._sync.trash_ttl
