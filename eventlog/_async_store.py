@@ -247,7 +247,10 @@ class AsyncBaseStore:
         # reads only the writer's key and state, and writes nothing when there is no policy.
         snapshot_on_close = getattr(self._sync, "_snapshot_on_close", None)
         if snapshot_on_close is not None:
-            await self._run(partial(snapshot_on_close, writer))
+            # A copy taken here, between awaits: the session's other writers may append while
+            # the snapshot is written in a worker thread.
+            state = writer.state.copy()
+            await self._run(partial(snapshot_on_close, writer, state))
 
     # -- reading -----------------------------------------------------------------------------
 

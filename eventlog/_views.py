@@ -37,6 +37,7 @@ from ._events import Header
 from ._fileindex import FileIndexFiles
 from ._fold import SessionState, fold
 from ._indexsnap import (
+    FileColdIds,
     FileMessages,
     IndexMeta,
     decode_meta,
@@ -385,18 +386,21 @@ class ViewStorage(abc.ABC):
         self._snapshot_seqs()[key] = snap.seq
         return snap, tail, decoded, state
 
-    def _snapshot_on_close(self, writer: SessionWriter) -> None:
-        """The close half of the snapshot policy; a failure only means no snapshot."""
+    def _snapshot_on_close(self, writer: SessionWriter, state: SessionState | None = None) -> None:
+        """The close half of the snapshot policy; a failure only means no snapshot.
+
+        Works on a copy of the writer's state (``state``, or one taken under the log's lock):
+        the store's other handles of the session may go on appending while this one closes.
+        """
         base = self._snapshot_seqs().get(writer.key, 0)
         if self.snapshot_every <= 0 or writer.state.seq - base < self.snapshot_every:
             return
+        if state is None:
+            with writer._lock:
+                state = writer.state.copy()
         with contextlib.suppress(EventLogError, OSError):
-            if not self._index_on_close(writer):
+            if not self._extend_index(writer.key, state):
                 self.write_snapshot(writer.key)
-
-    def _index_on_close(self, writer: SessionWriter) -> bool:
-        """Extend the index snapshot the writer opened from with what it holds (True: done)."""
-        return self._extend_index(writer.key, writer.state)
 
     def _settler(self, key: str) -> Callable[[SessionState], None] | None:
         """What a writer of ``key`` calls after each write (None: this store keeps no index)."""
@@ -429,6 +433,9 @@ class ViewStorage(abc.ABC):
             return False
         if opened is None:
             return False
+        older, newer = state.ids.cold, opened.ids.cold
+        if isinstance(older, FileColdIds) and isinstance(newer, FileColdIds):
+            newer.inherit(older)
         state.messages = opened.messages
         state.ids = opened.ids
         self._snapshot_seqs()[key] = meta.seq
@@ -445,16 +452,14 @@ class ViewStorage(abc.ABC):
         meta: IndexMeta | None = None
         since = 0
         if isinstance(source, FileMessages):
-            # The snapshot it opened from, or a later one (another writer extended it) that
-            # does not pass this state: both index a prefix of what the state holds.
+            # The stored snapshot, whichever writer wrote it, as long as it does not pass this
+            # state and its line checks against the log: it indexes a prefix of what the state
+            # holds (one another handle wrote while closing may even be older than the one
+            # the state opened from; the lines in between are then decoded).
             stored = self._read_snapshot(key)
-            mine = source.meta
-            if not isinstance(stored, IndexMeta) or not (
-                (stored.seq, stored.head) == (mine.seq, mine.head)
-                or mine.seq < stored.seq <= state.seq
-            ):
+            if not isinstance(stored, IndexMeta) or stored.seq > state.seq:
                 return False
-            meta, since = stored, mine.records
+            meta, since = stored, source.meta.records
             _, tail = self.read_tail(key, meta.line_start)
             if check_anchor(meta, tail, self._hash_key) is not None:
                 return False

@@ -22,6 +22,7 @@ from sessionledger.eventlog import (
     _fileindex,
     _filestore,
     _idindex,
+    _indexsnap,
 )
 
 KEY = "telegram:42"
@@ -424,3 +425,56 @@ async def test_an_async_writer_lets_its_own_events_go(tmp_path: Path) -> None:
         _settled(store.sync, w.state)
         assert await w.append_message("user", "again", id="a3") == 4
     assert replay.verify(store.sync).ok
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_ids_stay_exact_past_the_sorted_digests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool
+) -> None:
+    """Past the first lookups the on-disk id digests are sorted for binary search, and a
+    settling writer carries them over: retries are still found wherever they are, and new ids
+    (even when every digest collides) are still new."""
+    if collide:
+        for module in (_idindex, _indexsnap):
+            monkeypatch.setattr(module, "id_digest", lambda event_id, key=b"": b"\0" * 8)
+    store = FileStore(tmp_path / "s", durability="none")
+    with store.session(KEY) as w:
+        for i in range(300):
+            w.append_message("user", f"m{i}", id=f"id-{i}")
+    store.write_snapshot(KEY)
+    again = FileStore(tmp_path / "s", durability="none")
+    again.settle_every = 40
+    writer = again.session(KEY)
+    seq = 300
+    for i in range(120):  # new ids: past the scans, across three settles
+        seq += 1
+        assert writer.append_message("user", f"n{i}", id=f"new-{i}") == seq
+        if i % 10 == 0:
+            assert writer.append_message("user", "retry", id=f"id-{i * 2}") == i * 2 + 1
+            assert writer.append_message("user", "retry", id=f"new-{i // 2}") == 301 + i // 2
+    assert writer.state.ids.recent.keys() < {f"new-{i}" for i in range(120)}
+    assert writer.state.ids == again.load(KEY, snapshot=False).state.ids
+    writer.close()
+
+
+def test_a_writer_settles_past_an_older_snapshot(tmp_path: Path) -> None:
+    """A snapshot put back older than the one a writer settled on (another handle closing
+    late writes its older state) does not stop the writer settling: the lines in between are
+    read from the log."""
+    store = FileStore(tmp_path / "s", durability="none")
+    store.settle_every = 50
+    w = store.session(KEY)
+    for i in range(60):
+        w.append_message("user", f"a {i}", id=f"a{i}")
+    older = store.snapshot_bytes(KEY)
+    assert older is not None
+    for i in range(60):
+        w.append_message("user", f"b {i}", id=f"b{i}")
+    store.put_snapshot(KEY, older)  # back to seq 50
+    for i in range(120):
+        w.append_message("assistant", f"c {i}", id=f"c{i}")
+        assert len(w.state.messages.in_memory) <= 50
+    _settled(store, w.state)
+    assert w.append_message("user", "again", id="b7") == 68
+    w.close()
+    assert replay.verify(store).ok
