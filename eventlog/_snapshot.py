@@ -156,7 +156,9 @@ def unseal(
         raise SnapshotError("digest mismatch (damaged, or written with another key)")
     try:
         snapshot = decode(body[len(magic) :])
-    except (msgspec.DecodeError, NotImplementedError) as exc:
+    except (msgspec.DecodeError, NotImplementedError, ValueError, TypeError) as exc:
+        # Invalid UTF-8 in a sealed string is a UnicodeDecodeError, not a DecodeError: an
+        # unusable snapshot either way (the log is read instead), never a crash.
         raise SnapshotError(f"undecodable: {exc}") from exc
     if snapshot.format != SNAPSHOT_FORMAT or snapshot.version != version:
         raise SnapshotError(f"format {snapshot.format!r} v{snapshot.version} is not readable")

@@ -248,3 +248,28 @@ def test_peek_reads_the_anchor_the_snapshot_records() -> None:
     assert peek_snapshot(data, "other") is None
     assert peek_snapshot(data[:8], "k") is None
     assert peek_snapshot(b"not a snapshot" * 4, "k") is None
+
+
+def test_a_sealed_snapshot_that_does_not_decode_is_refused_not_raised() -> None:
+    """Correctly sealed (right digest) yet undecodable, e.g. invalid UTF-8 in a string."""
+    from sessionledger.eventlog._snapshot import (
+        DIGEST_SIZE,
+        SnapshotError,
+        decode_snapshot,
+        digest,
+    )
+
+    store = MemoryStore()
+    with store.session("bad:1") as w:
+        w.append_message("user", "hello")
+    assert write_snapshot(store, "bad:1").written
+    data = store.snapshot_bytes("bad:1")
+    assert data is not None
+    body = bytes(data[:-DIGEST_SIZE])
+    at = body.index(b"bad:1")  # a msgpack string: the session key
+    bad_utf8 = body[:at] + b"\xff" * 5 + body[at + 5 :]
+    bad_msgpack = body[:12] + b"\xc1" * 8 + body[20:]  # 0xc1 is never valid msgpack
+    for damaged in (bad_utf8, bad_msgpack):
+        with pytest.raises(SnapshotError, match="undecodable"):
+            decode_snapshot(damaged + digest(damaged, b""), "bad:1")
+    assert store.load("bad:1").state.seq == 1  # the store itself still opens from the log
