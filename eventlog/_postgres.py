@@ -14,7 +14,9 @@ Invariants:
   the writer's state is rebuilt from the database on its next use, so a retry with the same
   event id returns the original seq if the first attempt committed, and appends it otherwise.
 - Opening a session is one query (snapshot and the lines from its seq on); reads are one
-  statement each on an autocommit connection; the pool hands connections to any thread.
+  statement each on an autocommit connection. Connections go to any thread, one at a time:
+  the store's own first connection when it is free (no pool threads for a store used by one
+  thread), else one from a pool opened on first need; a forked child uses neither.
 - Snapshots and the catalog blob use the shared view formats (``ViewStorage``), kept in tables.
 - psycopg is imported lazily: ``import eventlog`` works without it.
 """
@@ -74,27 +76,23 @@ if TYPE_CHECKING:
     import psycopg_pool
 
 
-def _adopting(
-    spare: list[psycopg.Connection[tuple[Any, ...]]],
-) -> type[psycopg.Connection[tuple[Any, ...]]]:
-    """A connection class whose ``connect`` hands out ``spare``'s connection first."""
-    import psycopg
-
-    class _Connection(psycopg.Connection[tuple[Any, ...]]):
-        @classmethod
-        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
-            if spare:
-                return spare.pop()
-            return super().connect(conninfo, **kwargs)
-
-    return _Connection
-
-
 @dataclass(slots=True)
 class _Raw:
     io: _PgIO
     data: bytes
     created: bool
+
+
+def _idle_status(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    """Whether ``conn`` is outside any transaction (rolling back one left open, if it can)."""
+    import psycopg
+
+    idle = psycopg.pq.TransactionStatus.IDLE
+    if conn.info.transaction_status == idle:
+        return True
+    with contextlib.suppress(Exception):
+        conn.rollback()
+    return bool(conn.info.transaction_status == idle)
 
 
 class PostgresStore(BaseStore):
@@ -109,7 +107,8 @@ class PostgresStore(BaseStore):
             corrupt a log).
         hash_key: a secret to key the hash chain with.
         token_counter: counts a message's tokens at write time.
-        pool_size: most connections held (each in-flight append uses one).
+        pool_size: most connections held (each in-flight append uses one): the store's own
+            first connection, then a pool opened when that one is busy (2 for ``pool_size=1``).
         connect_timeout: seconds to wait for the server before a clear :class:`StorageError`.
         key_provider: encrypt the sessions this store creates (see docs/privacy.md); the
             tables then hold the same sealed bytes as a file store's logs.
@@ -143,59 +142,63 @@ class PostgresStore(BaseStore):
         self._where = self.target.where
         self._sql = self.target.statements()
         # The first connection (made here, so a bad DSN fails fast and clearly) checks the
-        # schema, then becomes the pool's first connection: a new store connects once.
-        spare: list[psycopg.Connection[tuple[Any, ...]]] = []
-        connection_class = _adopting(spare)
-        conn = self.target.connect(connection_class)
+        # schema, then stays the store's own: lent before any pooled one, so a store used by
+        # one thread at a time (a CLI run, a single agent) connects once and never starts the
+        # pool's threads. The pool opens, with its own connections, when that one is busy.
+        conn = self.target.connect()
         try:
             if not is_current(conn, schema):  # the usual case costs one query
                 migrate(conn, schema, self._where)
+            self._configure(conn)
         except Exception as exc:
             conn.close()
             raise translate(exc, self._where, "migrate") from exc
-        spare.append(conn)
-        self._spare = spare  # closed by close() if the pool never took it
+        #: The store's own connection while it is not lent out (a list: pop and append are
+        #: atomic across threads), and which connection that is.
+        self._idle_own: list[psycopg.Connection[tuple[Any, ...]]] = [conn]
+        self._own: psycopg.Connection[tuple[Any, ...]] | None = conn
         self._pool_size = max(1, pool_size)
-        self._pool = self._new_pool(connection_class)
+        self._pool = self._new_pool()
+        self._pool_open = False
         # A forked child must never use its parent's connections (the sockets are shared):
         # it gets a pool of its own on first use, and leaves the parent's untouched.
         self._pid = os.getpid()
         self._parents_pools: list[Any] = []
 
-    def _new_pool(
-        self, connection_class: type[psycopg.Connection[tuple[Any, ...]]]
-    ) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
+    def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Set up a new connection (``durability="none"``: commits without waiting on the WAL
+        flush)."""
+        if self.durability == "none":
+            conn.execute("SET synchronous_commit TO off")
+            conn.commit()
+
+    def _new_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
+        """The pool lent from when the store's own connection is busy (opened on first use;
+        with it, at most ``pool_size`` connections, or 2 for ``pool_size=1``)."""
         import psycopg_pool
-
-        sync_off = self.durability == "none"
-
-        def configure(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-            if sync_off:
-                conn.execute("SET synchronous_commit TO off")
-                conn.commit()
 
         return psycopg_pool.ConnectionPool(
             self.target.dsn,
-            connection_class=connection_class,
             kwargs=self.target.connect_kwargs(),
-            min_size=1,
-            max_size=self._pool_size,
-            open=True,
+            min_size=0,
+            max_size=max(1, self._pool_size - 1),
+            open=False,
             timeout=max(self.target.connect_timeout, 1.0) * 2,
-            configure=configure,
+            configure=self._configure,
             name=f"sessionlog-{self.schema}",
         )
 
     def _after_fork(self) -> None:
-        """In a forked child: a pool of this process's own (the parent's is kept, unused and
-        unclosed: closing it would end the parent's sessions on the shared sockets)."""
-        import psycopg
-
+        """In a forked child: a pool of this process's own, and no own connection (the
+        parent's are kept, unused and unclosed: closing them would end the parent's sessions
+        on the shared sockets)."""
         with self._mutex:
             if self._pid == os.getpid():
                 return
-            self._parents_pools.append(self._pool)
-            self._pool = self._new_pool(psycopg.Connection)
+            self._parents_pools.append((self._pool, self._own))
+            self._idle_own, self._own = [], None
+            self._pool = self._new_pool()
+            self._pool_open = False
             self._pid = os.getpid()
 
     def __repr__(self) -> str:
@@ -209,6 +212,23 @@ class PostgresStore(BaseStore):
         if self._pid != os.getpid():
             self._after_fork()
         try:
+            conn = self._idle_own.pop()
+        except IndexError:
+            pass
+        else:
+            if idle_ok(conn):
+                return conn
+            # The server ended it while it was idle: nothing was sent on it, so drop it and
+            # lend from the pool from now on.
+            self._own = None
+            with contextlib.suppress(Exception):
+                conn.close()
+        try:
+            if not self._pool_open:
+                with self._mutex:
+                    if not self._pool_open:
+                        self._pool.open()
+                        self._pool_open = True
             for _ in range(4):
                 conn = self._pool.getconn()
                 if idle_ok(conn):
@@ -223,6 +243,14 @@ class PostgresStore(BaseStore):
             raise translate(exc, self._where, "connect") from exc
 
     def _putconn(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        if conn is self._own:
+            if not self._closed and not conn.closed and not conn.broken and _idle_status(conn):
+                self._idle_own.append(conn)
+                return
+            self._own = None  # store closed, or lost or left mid-transaction: close it
+            with contextlib.suppress(Exception):
+                conn.close()
+            return
         with contextlib.suppress(Exception):
             self._pool.putconn(conn)
 
@@ -678,7 +706,13 @@ class PostgresStore(BaseStore):
             super().close()
         finally:
             if self._pid == os.getpid():  # never close a parent's connections from a child
-                self._pool.close(timeout=5.0)
-                while self._spare:
+                try:  # lent out, it is closed when it comes back (the store is closed)
+                    own: psycopg.Connection[tuple[Any, ...]] | None = self._idle_own.pop()
+                except IndexError:
+                    own = None
+                if own is not None:
+                    self._own = None
                     with contextlib.suppress(Exception):
-                        self._spare.pop().close()
+                        own.close()
+                if self._pool_open:
+                    self._pool.close(timeout=5.0)

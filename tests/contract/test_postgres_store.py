@@ -1011,6 +1011,56 @@ def test_a_forked_child_never_uses_its_parents_connections(make_pg: StoreFactory
     assert contents == ["parent, before", "child", "parent, after"]
 
 
+def test_one_thread_uses_the_stores_own_connection_and_no_pool(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    before = threading.active_count()
+    pg = make_pg(pool_size=3)
+    w = pg.session("own:1")
+    for n in range(3):
+        w.append_message("user", f"m{n}")
+    assert projections_list(pg) == ["own:1"]
+    pid = _pool_pid(pg)
+    assert {_pool_pid(pg) for _ in range(3)} == {pid}  # always the same one
+    assert not pg._pool_open and threading.active_count() <= before  # no pool threads
+    held = pg._getconn()  # the own connection is busy: the pool lends another
+    other = pg._getconn()
+    assert pg._pool_open and other.info.backend_pid != held.info.backend_pid
+    pg._putconn(other)
+    pg._putconn(held)
+    assert _pool_pid(pg) == pid
+
+
+def test_the_own_connection_lent_out_at_close_is_closed_when_it_comes_back(
+    make_pg: StoreFactory,
+) -> None:
+    pg = make_pg()
+    conn = pg._getconn()
+    pg.close()
+    assert not conn.closed  # in use: not pulled from under its user
+    pg._putconn(conn)
+    assert conn.closed
+
+
+def test_a_transaction_left_open_on_the_own_connection_is_not_lent_again(
+    make_pg: StoreFactory,
+) -> None:
+    pg = make_pg()
+    conn = pg._getconn()
+    conn.execute("BEGIN")
+    conn.execute("SELECT 1")
+    pg._putconn(conn)  # rolled back, and still its own
+    again = pg._getconn()
+    assert again is conn and again.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    pg._putconn(again)
+
+
+def projections_list(pg: PostgresStore) -> list[str]:
+    from sessionledger import projections
+
+    return [r.key for r in projections.list_sessions(pg)]
+
+
 def test_a_store_closed_at_once_leaves_no_connection_open(dsn: str, schema: str) -> None:
     import gc
 
