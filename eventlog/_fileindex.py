@@ -24,8 +24,12 @@ import stat
 from dataclasses import dataclass
 from typing import Final, Literal
 
+import msgspec
+
 from ._errors import UnsafePathError
+from ._events import Header
 from ._safeio import read_range, remove, storage_error
+from ._segfiles import closed_path, read_segment
 
 INDEX_SUFFIX: Final = ".index"
 IDS_SUFFIX: Final = ".ids"
@@ -36,7 +40,10 @@ _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
-def _pread(path: str, offset: int, length: int) -> bytes:
+def _pread(path: str, offset: int, length: int, *, head: bool = False) -> bytes:
+    """``length`` bytes of ``path`` at ``offset``; with ``head``, the log's whole offset: the
+    file's first line says where it starts when it is a later segment (then bytes before that
+    start are not in it and nothing is returned)."""
     try:
         fd = os.open(path, _READ_FLAGS)
     except OSError as exc:
@@ -46,11 +53,40 @@ def _pread(path: str, offset: int, length: int) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b""
+        if head:
+            first = read_range(fd, 0, _HEAD)
+            if len(first) == _HEAD and b"\n" not in first:  # a long header (metadata)
+                first = read_range(fd, 0, _HEAD_LIMIT)
+            start = _start_of(first)
+            base = 0 if start is None else start[1]
+            if offset < base:
+                return b""
+            offset -= base
         return read_range(fd, offset, length)
     except OSError as exc:
         raise storage_error(path, "read", exc) from exc
     finally:
         os.close(fd)
+
+
+_HEAD: Final = 4096
+_HEAD_LIMIT: Final = 1 << 20
+_header_decoder = msgspec.json.Decoder(Header)
+
+
+def _start_of(data: bytes) -> tuple[int, int] | None:
+    """(segment number, whole-log offset it starts at) from a segment's first line (a log's
+    first segment, or a file that is not a later segment: (1, 0)); None: no readable header."""
+    end = data.find(b"\n", 0, _HEAD_LIMIT)
+    if end < 0:
+        return (1, 0) if not data else None
+    try:
+        header = _header_decoder.decode(data[:end])
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return (1, 0)
+    if header.segment < 2:
+        return (1, 0)
+    return header.segment, header.offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +103,50 @@ class FileIndexFiles:
         return self.stem + (INDEX_SUFFIX if name == "index" else IDS_SUFFIX)
 
     def read_log(self, offset: int, length: int) -> bytes:
-        """``length`` bytes of the log at ``offset`` (fewer when it is shorter)."""
-        return _pread(self.log, offset, length)
+        """``length`` bytes of the log at ``offset`` (fewer when it is shorter).
+
+        Offsets are the whole log's: once the log has continued in a new segment (a writer
+        opened from the index may roll it), a range before the live segment is read from the
+        closed segments that hold it. The caller checks every line against the chain.
+        """
+        parts: list[bytes] = []
+        end = offset + length
+        while offset < end:
+            got = self._read_segmented(offset, end - offset)
+            if not got:
+                break
+            parts.append(got)
+            offset += len(got)
+        return b"".join(parts)
+
+    def _read_segmented(self, offset: int, length: int) -> bytes:
+        """Bytes at whole-log ``offset`` from the one segment that holds it (fewer at its end)."""
+        got = _pread(self.log, offset, length, head=True)
+        if got or not length:
+            return got
+        live = _start_of(_pread(self.log, 0, _HEAD_LIMIT))
+        if live is None or offset >= live[1]:
+            return b""  # past the end (or no readable header)
+        directory, name = os.path.split(self.log)
+        stem = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
+        for n in range(live[0] - 1, 0, -1):
+            found = closed_path(directory, stem, n)
+            if found is None:
+                return b""
+            path, compressed = found
+            if not compressed:
+                got = _pread(path, offset, length, head=True)
+                if got:
+                    return got
+                continue
+            try:
+                data = read_segment(path, compressed)
+            except FileNotFoundError:  # gone meanwhile: the caller's checks report it
+                return b""
+            start = _start_of(data)
+            if start is not None and offset >= start[1]:
+                return data[offset - start[1] : offset - start[1] + length]
+        return b""
 
     def read(self, name: IndexName, offset: int, length: int) -> bytes:
         """Bytes of a record file (fewer, or none, when it is shorter or missing)."""

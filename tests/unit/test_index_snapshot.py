@@ -478,3 +478,27 @@ def test_a_writer_settles_past_an_older_snapshot(tmp_path: Path) -> None:
     assert w.append_message("user", "again", id="b7") == 68
     w.close()
     assert replay.verify(store).ok
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_writer_from_the_index_reads_on_after_the_log_rolls(
+    tmp_path: Path, compress: bool
+) -> None:
+    """A writer opened from the index that rolls the log into a new segment still reads the
+    messages it holds as offsets: they are in the closed segment now."""
+    store_with(tmp_path, 300)
+    size = FileStore(tmp_path / "s").path_for(KEY).stat().st_size
+    store = FileStore(tmp_path / "s", durability="none", segment_bytes=size + 2_000)
+    w = store.session(KEY)
+    assert w.state.messages.source is not None
+    for i in range(60):
+        w.append_message("assistant", f"after {i} " * 8)
+    assert store.path_for(KEY).with_name(store.path_for(KEY).stem + ".1.seg").exists()
+    if compress:
+        assert store.compress_segments(KEY)
+    full = store.load(KEY, snapshot=False).state
+    assert list(w.state.messages) == list(full.messages)
+    assert projections.history(w.state, max_messages=200) == projections.history(
+        full, max_messages=200
+    )
+    w.close()
