@@ -218,7 +218,7 @@ class AsyncBaseStore:
             def opener() -> tuple[Any, SessionState, OpenReport]:
                 raw, state, found = sync._open_checked(key, create=create, metadata=metadata)
                 try:
-                    sync._release(raw.io)
+                    sync._backend.release(raw.io)
                 except BaseException:
                     raw.io.close()
                     raise
@@ -235,7 +235,7 @@ class AsyncBaseStore:
                 batch_window=sync.batch_window,
                 sync_in_thread=self._offload,
             )
-            log.settle = sync._settler(key)
+            log.settle = sync._views.settler(key)
             writer = AsyncSessionWriter(log, on_close=self._forget)
             await self._run(partial(sync._arm_writer, writer))  # an encrypted store's sealer
             self._logs[key] = log
@@ -245,12 +245,10 @@ class AsyncBaseStore:
     async def _forget(self, writer: AsyncSessionWriter) -> None:
         # The sync store's snapshot policy (a snapshot once enough events were written); it
         # reads only the writer's key and state, and writes nothing when there is no policy.
-        snapshot_on_close = getattr(self._sync, "_snapshot_on_close", None)
-        if snapshot_on_close is not None:
-            # A copy taken here, between awaits: the session's other writers may append while
-            # the snapshot is written in a worker thread.
-            state = writer.state.copy()
-            await self._run(partial(snapshot_on_close, writer, state))
+        # A copy taken here, between awaits: the session's other writers may append while the
+        # snapshot is written in a worker thread.
+        state = writer.state.copy()
+        await self._run(partial(self._sync._views.on_close, writer, state))
 
     # -- reading -----------------------------------------------------------------------------
 

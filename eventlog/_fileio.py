@@ -42,7 +42,7 @@ from ._safeio import open_regular, read_fd
 from ._segfiles import LiveStart, closed_parts, read_live_start, roll, rolled_away
 
 if TYPE_CHECKING:
-    from ._store import BaseStore
+    from ._backend import CatchUp
 
 OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -236,7 +236,7 @@ class FileIO:
 
     def __init__(
         self,
-        store: BaseStore,
+        catch_up: CatchUp,
         key: str,
         path: str,
         fd: int,
@@ -255,7 +255,7 @@ class FileIO:
         self.used = 0
         #: Others appended before this writer's last write: fold theirs in before locking.
         self.contended = False
-        self._store = weakref.proxy(store)  # the store owns this; no cycle to keep it alive
+        self._catch_up = catch_up  # the store's (it holds the store weakly: no cycle)
         self._pool: FdPool | None = None
         self._size = size
         self._ident = ident
@@ -536,12 +536,12 @@ class FileIO:
         left to fold under the lock.
         """
         if self.contended and self._pool is not None:
-            self._store._catch_up(self.key, self, state, locked=False)
+            self._catch_up(self.key, self, state, locked=False)
 
     def catch_up(self, state: SessionState) -> None:
         """With the lock held: fold into ``state`` what others appended (see the store); roll
         to a new segment when the live one is full."""
-        self._store._catch_up(self.key, self, state, locked=True)
+        self._catch_up(self.key, self, state, locked=True)
         if self.segment_bytes and self._size - self.seg.base >= self.segment_bytes:
             self._roll(state)
 
@@ -585,7 +585,7 @@ class FileIO:
                 ):
                     assert self._state is not None
                     self.contended = True
-                    self._store._catch_up(self.key, self, self._state, locked=True)
+                    self._catch_up(self.key, self, self._state, locked=True)
                 else:
                     self.contended = False
                 if self.segment_bytes and self._size - self.seg.base >= self.segment_bytes:

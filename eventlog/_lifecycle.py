@@ -9,6 +9,10 @@ Rules:
   the others still run; the event is never undone.
 - Retention moves sessions into a trash folder first (restorable for ``trash_ttl``), then
   removes them for good; it never touches a session whose writer lock a live process holds.
+
+A store holds one :class:`Lifecycle`, written once over the store's public API (``session``,
+``state``, ``load``, ``keys``, ``exists``, ``writer_lock_held``) and its backend's trash bin
+(:class:`~eventlog._backend.TrashBin`); the store's lifecycle methods delegate to it.
 """
 
 from __future__ import annotations
@@ -18,20 +22,24 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
+from ._backend import TrashBin, TrashEntry
 from ._errors import EventLogError, InvalidEventError, LockedError, SessionNotFoundError
 from ._events import LIFECYCLE_STATES
 from ._fold import SessionState
 
 if TYPE_CHECKING:
-    from ._store_types import LoadedLog
+    from ._store import BaseStore
     from ._writer import SessionWriter
+
+__all__ = ("CleanupReport", "EndHook", "Lifecycle", "TrashEntry", "workspace_key")
 
 logger = logging.getLogger("sessionledger.eventlog.lifecycle")
 
@@ -39,20 +47,9 @@ logger = logging.getLogger("sessionledger.eventlog.lifecycle")
 EndHook = Callable[[SessionState, str], object]
 
 
-@dataclass(frozen=True, slots=True)
-class TrashEntry:
-    """A session moved to the trash: restorable until ``deleted_at + ttl``."""
-
-    id: str
-    key: str
-    deleted_at: datetime
-    reason: str
-    location: str
-
-
 @dataclass(slots=True)
 class CleanupReport:
-    """What :meth:`LifecycleOps.cleanup` did."""
+    """What :meth:`Lifecycle.cleanup` did."""
 
     trashed: list[str] = field(default_factory=list)
     purged: list[TrashEntry] = field(default_factory=list)
@@ -87,61 +84,27 @@ def workspace_key(path: str | os.PathLike[str], now: datetime | None = None) -> 
     return f"{workspace_prefix(path)}:{when.strftime('%Y%m%dT%H%M%S%f')}"
 
 
-class LifecycleOps:
-    """Lifecycle operations every store offers (mixed into ``BaseStore``)."""
+class Lifecycle:
+    """The lifecycle operations of one store (it holds this object and delegates to it)."""
 
-    trash_ttl: timedelta = timedelta(days=7)
-    _end_hooks: list[EndHook]
+    def __init__(self, store: BaseStore, trash: TrashBin | None) -> None:
+        # The store owns this object: a weak reference back, so no cycle keeps the store alive.
+        self._store = cast("BaseStore", weakref.proxy(store))
+        self._bin = trash
+        self._mutex = threading.RLock()
+        #: How long a trashed session stays restorable.
+        self.trash_ttl = timedelta(days=7)
+        #: Called once per ending, with the final state and the reason.
+        self.end_hooks: list[EndHook] = []
 
-    # Provided by BaseStore and the backends.
-    def session(
-        self, key: str, *, metadata: Mapping[str, Any] | None = None
-    ) -> SessionWriter:  # pragma: no cover
-        raise NotImplementedError
-
-    def state(self, key: str) -> SessionState:  # pragma: no cover
-        raise NotImplementedError
-
-    def load(
-        self, key: str, *, prefix: bool = False, snapshot: bool = True
-    ) -> LoadedLog:  # pragma: no cover
-        raise NotImplementedError
-
-    def keys(self) -> list[str]:  # pragma: no cover
-        raise NotImplementedError
-
-    def exists(self, key: str) -> bool:  # pragma: no cover
-        raise NotImplementedError
-
-    def writer_lock_held(self, key: str) -> bool:  # pragma: no cover
-        raise NotImplementedError
-
-    def _close_writer(self, key: str) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
-        """Move a session's files into the trash; return where they went."""
-        raise NotImplementedError(f"{type(self).__name__} has no trash")
-
-    def _untrash(self, entry: TrashEntry) -> None:
-        raise NotImplementedError(f"{type(self).__name__} has no trash")
-
-    def _purge(self, entry: TrashEntry) -> None:
-        raise NotImplementedError(f"{type(self).__name__} has no trash")
-
-    def _trash_entries(self) -> list[TrashEntry]:
-        return []
+    def _trash_bin(self) -> TrashBin:
+        if self._bin is None:
+            raise InvalidEventError(f"{type(self._store).__name__} has no trash")
+        return self._bin
 
     def _trash_lock(self) -> AbstractContextManager[object]:
         """The lock that serialises trash, restore, purge and cleanup (this process only)."""
-        lock = self.__dict__.get("_trash_mutex")
-        if lock is None:
-            lock = self.__dict__.setdefault("_trash_mutex", threading.RLock())
-        return cast(AbstractContextManager[object], lock)
-
-    def _restored_meanwhile(self, entry_id: str) -> str | None:
-        """The key of a restore of ``entry_id`` that was completed after a crash, if any."""
-        return None
+        return self._mutex if self._bin is None else self._bin.lock()
 
     def _readable_states(
         self, keys: Iterable[str], skipped: dict[str, str]
@@ -149,7 +112,7 @@ class LifecycleOps:
         """Each key's state; a session that does not open is noted in ``skipped`` and passed."""
         for key in keys:
             try:
-                yield key, self.state(key)
+                yield key, self._store.state(key)
             except SessionNotFoundError:
                 continue  # removed meanwhile
             except EventLogError as exc:
@@ -162,11 +125,12 @@ class LifecycleOps:
         """Register ``hook(final_state, reason)``, called once whenever a session ends."""
         if not callable(hook):
             raise InvalidEventError(f"an end hook must be callable, not {hook!r}")
-        self._end_hooks.append(hook)
+        self.end_hooks.append(hook)
         return hook
 
-    def _ended(self, state: SessionState, reason: str) -> None:
-        for hook in list(self._end_hooks):
+    def ended(self, state: SessionState, reason: str) -> None:
+        """Run the end hooks for a session that ended (a hook that raises is logged)."""
+        for hook in list(self.end_hooks):
             try:
                 hook(state, reason)
             except Exception:
@@ -180,7 +144,7 @@ class LifecycleOps:
         if writer.state.lifecycle == "archived":
             return False
         writer.set_lifecycle("archived", "archive")
-        self._ended(writer.state.copy(), "archive")
+        self.ended(writer.state.copy(), "archive")
         return True
 
     def reset(
@@ -202,7 +166,7 @@ class LifecycleOps:
         seq = writer.clear(keep=keep, reason="reset", unset=drop)
         if writer.state.lifecycle != "active":
             writer.set_lifecycle("active")
-        self._ended(writer.state.copy(), "reset")
+        self.ended(writer.state.copy(), "reset")
         return seq
 
     def new_session(self, key: str, *, keep_title: bool = False) -> int:
@@ -213,12 +177,12 @@ class LifecycleOps:
         (the clear removes metadata ``title``) unless ``keep_title``. Returns the seq where the
         new conversation starts.
         """
-        writer = self.session(key)
+        writer = self._store.session(key)
         final = writer.state.copy()
         seq = writer.clear(reason="new", unset=() if keep_title else ("title",))
         if writer.state.lifecycle != "active":
             writer.set_lifecycle("active")
-        self._ended(final, "new")
+        self.ended(final, "new")
         return seq
 
     def resume(
@@ -244,12 +208,12 @@ class LifecycleOps:
         old = self._conversation_at(key, start_seq)
         # A store that can group appends into one transaction (PostgreSQL) writes the resume at
         # once; elsewhere the event ids make a retry with the same ``id`` finish it.
-        group = getattr(self, "batch", None)
+        group = getattr(self._store, "batch", None)
         scope = group(key) if callable(group) else contextlib.nullcontext(writer)
         with scope as writer:
             seq, final = self._resume_events(writer, old, start_seq, op, by)
         if final is not None:
-            self._ended(final, "new")
+            self.ended(final, "new")
         return seq
 
     def _resume_events(
@@ -308,13 +272,13 @@ class LifecycleOps:
 
         if isinstance(start_seq, bool) or not isinstance(start_seq, int):
             raise InvalidEventError(f"start_seq must be an int, not {start_seq!r}")
-        ended = [e for e in self.state(key).ended if e.start_seq == start_seq]
+        ended = [e for e in self._store.state(key).ended if e.start_seq == start_seq]
         if not ended:
             raise InvalidEventError(
                 f"session {key!r} has no ended conversation that began at seq {start_seq}"
             )
         end = ended[0].end_seq
-        loaded = self.load(key, snapshot=False)
+        loaded = self._store.load(key, snapshot=False)
         state = initial_state(loaded.header)
         for event in loaded.events:
             if event.seq >= end:
@@ -328,12 +292,12 @@ class LifecycleOps:
         cutoff = (now or datetime.now(UTC)) - age
         marked = []
         skipped: dict[str, str] = {}
-        for key, state in self._readable_states(self.keys(), skipped):
+        for key, state in self._readable_states(self._store.keys(), skipped):
             if state.lifecycle == "active" and state.updated_at < cutoff:
                 try:
-                    if self.writer_lock_held(key):
+                    if self._store.writer_lock_held(key):
                         continue
-                    self.session(key).set_lifecycle("idle")
+                    self._store.session(key).set_lifecycle("idle")
                 except EventLogError as exc:
                     logger.warning("session %r not marked idle: %s", key, exc)
                     continue
@@ -343,7 +307,7 @@ class LifecycleOps:
     def latest_session(self, prefix: str) -> str | None:
         """The key starting with ``prefix`` whose last event is newest (None if there is none)."""
         best: tuple[datetime, str] | None = None
-        keys = [key for key in self.keys() if key.startswith(prefix)]
+        keys = [key for key in self._store.keys() if key.startswith(prefix)]
         for key, state in self._readable_states(keys, {}):
             if best is None or state.updated_at > best[0]:
                 best = (state.updated_at, key)
@@ -369,18 +333,18 @@ class LifecycleOps:
         moment = now or datetime.now(UTC)
         with self._trash_lock():
             report = CleanupReport(purged=self.purge_trash(now=moment))
-            for key, current in self._readable_states(self.keys(), report.problems):
+            for key, current in self._readable_states(self._store.keys(), report.problems):
                 if current.updated_at >= moment - age:
                     continue
                 if state is not None and current.lifecycle != state:
                     continue
                 entry_id = f"{moment.strftime('%Y%m%dT%H%M%S%f')}-{os.urandom(4).hex()}"
                 try:
-                    if self.writer_lock_held(key):
+                    if self._store.writer_lock_held(key):
                         report.skipped_locked.append(key)
                         continue
-                    self._close_writer(key)
-                    self._trash(key, entry_id, "timeout", moment)
+                    self._store._close_writer(key)
+                    self._trash_bin().put(key, entry_id, "timeout", moment)
                 except LockedError:
                     report.skipped_locked.append(key)
                     continue
@@ -388,12 +352,13 @@ class LifecycleOps:
                     report.problems[key] = str(exc)
                     continue
                 report.trashed.append(key)
-                self._ended(current, "timeout")
+                self.ended(current, "timeout")
         return report
 
     def trash(self) -> list[TrashEntry]:
         """Sessions in the trash, oldest first."""
-        return sorted(self._trash_entries(), key=lambda e: e.deleted_at)
+        entries = [] if self._bin is None else self._bin.entries()
+        return sorted(entries, key=lambda e: e.deleted_at)
 
     def restore(self, entry: TrashEntry | str) -> str:
         """Bring a trashed session back (by entry or id); return its key.
@@ -403,35 +368,37 @@ class LifecycleOps:
         """
         wanted = entry.id if isinstance(entry, TrashEntry) else entry
         with self._trash_lock():
-            done = self._restored_meanwhile(wanted)
+            done = self._trash_bin().restored_meanwhile(wanted)
             if done is not None:
                 return done
             found = self._find_trash(wanted)
-            if self.exists(found.key):
+            if self._store.exists(found.key):
                 raise InvalidEventError(
                     f"cannot restore {found.key!r}: a session with that key exists again"
                 )
-            self._untrash(found)
+            self._trash_bin().take_back(found)
         return found.key
 
     def purge_trash(self, *, now: datetime | None = None) -> list[TrashEntry]:
         """Remove for good the trash entries older than ``trash_ttl``; return them."""
         cutoff = (now or datetime.now(UTC)) - self.trash_ttl
-        purged = []
+        purged: list[TrashEntry] = []
+        if self._bin is None:
+            return purged
         with self._trash_lock():
-            for entry in self._trash_entries():
+            for entry in self._bin.entries():
                 if entry.deleted_at < cutoff:
-                    self._purge(entry)
+                    self._bin.purge(entry)
                     purged.append(entry)
         return purged
 
     def _find_trash(self, wanted: str) -> TrashEntry:
-        for candidate in self._trash_entries():
+        for candidate in self._trash_bin().entries():
             if candidate.id == wanted:
                 return candidate
         raise SessionNotFoundError(f"trash entry {wanted}")
 
     def _existing(self, key: str) -> SessionWriter:
-        if not self.exists(key):
+        if not self._store.exists(key):
             raise SessionNotFoundError(key)
-        return self.session(key)
+        return self._store.session(key)

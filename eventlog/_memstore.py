@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections.abc import Iterator
 from datetime import datetime
 from types import TracebackType
 
+from ._backend import Backend, CatchUp, KeyScan, LogStat, TrashBin, TrashEntry
 from ._errors import SessionNotFoundError
 from ._fold import SessionState
+from ._indexsnap import IndexMeta
 from ._keystore import KeyProvider, KeyStore, MemoryKeyStore
-from ._lifecycle import TrashEntry
+from ._snapshot import Snapshot
 from ._store import BaseStore
 from ._tokens import TokenCounter
-from ._views import LogStat
 from ._writer import Durability, SessionIO
 
 
@@ -39,10 +39,13 @@ class _Sessions:
 
 
 class _MemoryIO:
-    def __init__(self, store: MemoryStore, key: str, log: bytearray, *, locked: bool) -> None:
+    def __init__(
+        self, shared: _Sessions, catch_up: CatchUp, key: str, log: bytearray, *, locked: bool
+    ) -> None:
         self.name = f"memory:{key}"
         self.stale = False
-        self._store = weakref.proxy(store)  # the store owns this; no cycle to keep it alive
+        self._shared = shared
+        self._catch_up = catch_up
         self._key = key
         self._log = log
         self._size = len(log)
@@ -60,7 +63,7 @@ class _MemoryIO:
     def truncate(self, size: int) -> None:
         del self._log[size:]
         self._size = size
-        cuts = self._store._shared.cuts
+        cuts = self._shared.cuts
         cuts[self._key] = cuts.get(self._key, 0) + 1
 
     def size(self) -> int:
@@ -72,14 +75,14 @@ class _MemoryIO:
     def close(self) -> None:
         if self._locked:
             self._locked = False
-            self._store._shared.lock.release()
+            self._shared.lock.release()
 
     def release(self) -> None:
         """Opened under the lock; from now on each write takes it."""
         self.close()
 
     def observe(self) -> int:
-        if self._store._shared.logs.get(self._key) is not self._log:
+        if self._shared.logs.get(self._key) is not self._log:
             raise SessionNotFoundError(self._key)
         return len(self._log)
 
@@ -88,24 +91,24 @@ class _MemoryIO:
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[bool]:
-        with self._store._shared.lock:
+        with self._shared.lock:
             yield True
 
     def lock(self, blocking: bool) -> bool:
         """Take the peers' lock for one write."""
-        if self._store._shared.lock.acquire(blocking):
+        if self._shared.lock.acquire(blocking):
             self._depth = 1
             return True
         return False
 
     def catch_up(self, state: SessionState) -> None:
         """With the lock held: fold in what peers appended."""
-        self._store._catch_up(self._key, self, state, locked=True)
+        self._catch_up(self._key, self, state, locked=True)
 
     def unlock(self) -> None:
         """Release the lock taken by :meth:`lock`."""
         self._depth = 0
-        self._store._shared.lock.release()
+        self._shared.lock.release()
 
     def transaction(self, state: SessionState) -> _MemoryIO:
         self._state = state
@@ -115,12 +118,12 @@ class _MemoryIO:
         if self._depth:
             self._depth += 1
             return
-        lock = self._store._shared.lock
+        lock = self._shared.lock
         lock.acquire()
         self._depth = 1
         try:
             assert self._state is not None
-            self._store._catch_up(self._key, self, self._state, locked=True)
+            self._catch_up(self._key, self, self._state, locked=True)
         except BaseException:
             self._depth = 0
             lock.release()
@@ -134,7 +137,7 @@ class _MemoryIO:
     ) -> None:
         self._depth -= 1
         if not self._depth:
-            self._store._shared.lock.release()
+            self._shared.lock.release()
 
 
 class _Raw:
@@ -144,6 +147,166 @@ class _Raw:
         self.io = io
         self.data = data
         self.created = created
+
+
+class MemoryBackend(Backend):
+    """Logs as byte arrays in :class:`_Sessions` (shared by peers)."""
+
+    def __init__(self) -> None:
+        #: What this backend's peers share (a peer's backend is given the same).
+        self.shared = _Sessions()
+        self._trash = _MemoryTrash(self)
+        self._catalog = _MemoryCatalog(self)
+
+    def describe(self, key: str) -> str:
+        """``memory:`` and the key."""
+        return f"memory:{key}"
+
+    def open_raw(
+        self, key: str, create: bool, snap: Snapshot | IndexMeta | None = None
+    ) -> _Raw | None:
+        """The log's bytes, with the peers' lock held."""
+        shared = self.shared
+        shared.lock.acquire()
+        try:
+            log = shared.logs.get(key)
+            created = log is None
+            if log is None:
+                if not create:
+                    shared.lock.release()
+                    return None
+                log = shared.logs[key] = bytearray()
+            io = _MemoryIO(shared, self.catch_up, key, log, locked=True)
+            return _Raw(io, bytes(log), created)
+        except BaseException:
+            shared.lock.release()
+            raise
+
+    def release(self, io: SessionIO) -> None:
+        """Drop the lock taken to open; each write takes it from now on."""
+        assert isinstance(io, _MemoryIO)
+        io.release()
+
+    def read(self, key: str) -> bytes | None:
+        """A copy of the log."""
+        with self.shared.lock:
+            log = self.shared.logs.get(key)
+            return None if log is None else bytes(log)
+
+    def quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
+        """Kept in :attr:`MemoryStore.quarantined`."""
+        self.shared.quarantined.setdefault(key, []).append((reason, line, offset, data))
+        return f"memory-quarantine:{key}"
+
+    def list_keys(self) -> list[str]:
+        """Every key."""
+        with self.shared.lock:
+            return list(self.shared.logs)
+
+    def remove(self, key: str) -> bool:
+        """Drop the log, its snapshot and its quarantine."""
+        shared = self.shared
+        with shared.lock:
+            shared.quarantined.pop(key, None)
+            shared.snapshots.pop(key, None)
+            return shared.logs.pop(key, None) is not None
+
+    def trash(self) -> _MemoryTrash:
+        """Trashed logs, kept in memory."""
+        return self._trash
+
+    def snapshot_bytes(self, key: str) -> bytes | None:
+        """The stored snapshot of ``key`` (None when there is none)."""
+        return self.shared.snapshots.get(key)
+
+    def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Replace (or with None, remove) ``key``'s snapshot."""
+        if data is None:
+            self.shared.snapshots.pop(key, None)
+        else:
+            self.shared.snapshots[key] = bytes(data)
+
+    def catalog_source(self) -> _MemoryCatalog:
+        """The logs by key, with their buffer identity and truncation count."""
+        return self._catalog
+
+
+class _MemoryCatalog(KeyScan):
+    def __init__(self, backend: MemoryBackend) -> None:
+        super().__init__(backend)
+        self._memory = backend
+
+    @property
+    def _shared(self) -> _Sessions:
+        return self._memory.shared
+
+    def scan_logs(self) -> list[LogStat]:
+        """Every log: its key as name, length, buffer identity and truncation count."""
+        with self._shared.lock:
+            cuts = self._shared.cuts
+            return [LogStat(k, len(v), id(v), cuts.get(k, 0)) for k, v in self._shared.logs.items()]
+
+    def log_names(self) -> list[str]:
+        """Every key."""
+        return [st.name for st in self.scan_logs()]
+
+    def stat_log(self, name: str) -> LogStat | None:
+        """The log of key ``name`` as :meth:`scan_logs` sees it."""
+        with self._shared.lock:
+            log = self._shared.logs.get(name)
+            cuts = self._shared.cuts.get(name, 0)
+            return None if log is None else LogStat(name, len(log), id(log), cuts)
+
+    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
+        """The log of key ``name``: its length and bytes from ``offset`` on."""
+        with self._shared.lock:
+            log = self._shared.logs.get(name)
+            return None if log is None else (len(log), bytes(log[offset:]))
+
+    def catalog_bytes(self) -> bytes | None:
+        """The stored session catalog (None when there is none)."""
+        return self._shared.catalog
+
+    def put_catalog(self, data: bytes) -> None:
+        """Replace the session catalog."""
+        self._shared.catalog = bytes(data)
+
+
+class _MemoryTrash(TrashBin):
+    def __init__(self, backend: MemoryBackend) -> None:
+        super().__init__()
+        self._memory = backend
+
+    @property
+    def _shared(self) -> _Sessions:
+        return self._memory.shared
+
+    def put(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
+        """Move the log aside."""
+        shared = self._shared
+        with shared.lock:
+            if key not in shared.logs:
+                raise SessionNotFoundError(key)
+            entry = TrashEntry(entry_id, key, when, reason, f"memory-trash:{entry_id}")
+            shared.trashed[entry_id] = (entry, shared.logs.pop(key))
+            return entry.location
+
+    def take_back(self, entry: TrashEntry) -> None:
+        """Put the log back under its key."""
+        shared = self._shared
+        with shared.lock:
+            _, data = shared.trashed.pop(entry.id)
+            shared.logs[entry.key] = data
+
+    def purge(self, entry: TrashEntry) -> None:
+        """Forget the entry."""
+        with self._shared.lock:
+            del self._shared.trashed[entry.id]
+
+    def entries(self) -> list[TrashEntry]:
+        """Every trashed log's entry."""
+        with self._shared.lock:
+            return [entry for entry, _ in self._shared.trashed.values()]
 
 
 class MemoryStore(BaseStore):
@@ -158,14 +321,16 @@ class MemoryStore(BaseStore):
         key_provider: KeyProvider | None = None,
         key_store: KeyStore | None = None,
     ) -> None:
-        super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
+        self._memory = MemoryBackend()
+        super().__init__(
+            self._memory, durability=durability, hash_key=hash_key, token_counter=token_counter
+        )
         if key_provider is not None and key_store is None:
             key_store = MemoryKeyStore()
         self._use_keys(key_provider, key_store)
-        self._shared = _Sessions()
 
     def __repr__(self) -> str:
-        return f"MemoryStore({len(self._shared.logs)} sessions)"
+        return f"MemoryStore({len(self._memory.shared.logs)} sessions)"
 
     def peer(self) -> MemoryStore:
         """Another store object over the same sessions (like a second process on one directory)."""
@@ -174,111 +339,14 @@ class MemoryStore(BaseStore):
             hash_key=self._hash_key or None,
             token_counter=self.token_counter,
         )
-        other._shared = self._shared
+        other._memory.shared = self._memory.shared
         other._keyring = self._keyring  # the same keys, as a second process would use
         return other
 
     @property
     def quarantined(self) -> dict[str, list[tuple[str, int, int, bytes]]]:
         """Bytes cut from logs, per key: (reason, line, offset, data)."""
-        return self._shared.quarantined
-
-    def _describe(self, key: str) -> str:
-        return f"memory:{key}"
-
-    def _open_raw(self, key: str, create: bool) -> _Raw | None:
-        shared = self._shared
-        shared.lock.acquire()
-        try:
-            log = shared.logs.get(key)
-            created = log is None
-            if log is None:
-                if not create:
-                    shared.lock.release()
-                    return None
-                log = shared.logs[key] = bytearray()
-            return _Raw(_MemoryIO(self, key, log, locked=True), bytes(log), created)
-        except BaseException:
-            shared.lock.release()
-            raise
-
-    def _release(self, io: SessionIO) -> None:
-        assert isinstance(io, _MemoryIO)
-        io.release()
-
-    def _read_raw(self, key: str) -> bytes | None:
-        with self._shared.lock:
-            log = self._shared.logs.get(key)
-            return None if log is None else bytes(log)
-
-    def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
-        self._shared.quarantined.setdefault(key, []).append((reason, line, offset, data))
-        return f"memory-quarantine:{key}"
-
-    def _list_keys(self) -> list[str]:
-        with self._shared.lock:
-            return list(self._shared.logs)
-
-    def _remove(self, key: str) -> bool:
-        shared = self._shared
-        with shared.lock:
-            shared.quarantined.pop(key, None)
-            shared.snapshots.pop(key, None)
-            return shared.logs.pop(key, None) is not None
-
-    def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
-        shared = self._shared
-        with shared.lock:
-            if key not in shared.logs:
-                raise SessionNotFoundError(key)
-            entry = TrashEntry(entry_id, key, when, reason, f"memory-trash:{entry_id}")
-            shared.trashed[entry_id] = (entry, shared.logs.pop(key))
-            return entry.location
-
-    def _untrash(self, entry: TrashEntry) -> None:
-        shared = self._shared
-        with shared.lock:
-            _, data = shared.trashed.pop(entry.id)
-            shared.logs[entry.key] = data
-
-    def _purge(self, entry: TrashEntry) -> None:
-        with self._shared.lock:
-            del self._shared.trashed[entry.id]
-
-    def _trash_entries(self) -> list[TrashEntry]:
-        with self._shared.lock:
-            return [entry for entry, _ in self._shared.trashed.values()]
-
-    def snapshot_bytes(self, key: str) -> bytes | None:
-        """The stored snapshot of ``key`` (None when there is none)."""
-        return self._shared.snapshots.get(key)
-
-    def put_snapshot(self, key: str, data: bytes | None) -> None:
-        """Replace (or with None, remove) ``key``'s snapshot."""
-        if data is None:
-            self._shared.snapshots.pop(key, None)
-        else:
-            self._shared.snapshots[key] = bytes(data)
-
-    def catalog_bytes(self) -> bytes | None:
-        """The stored session catalog (None when there is none)."""
-        return self._shared.catalog
-
-    def put_catalog(self, data: bytes) -> None:
-        """Replace the session catalog."""
-        self._shared.catalog = bytes(data)
-
-    def scan_logs(self) -> list[LogStat]:
-        """Every log: its key as name, length, buffer identity and truncation count."""
-        with self._shared.lock:
-            cuts = self._shared.cuts
-            return [LogStat(k, len(v), id(v), cuts.get(k, 0)) for k, v in self._shared.logs.items()]
-
-    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
-        """The log of key ``name``: its length and bytes from ``offset`` on."""
-        with self._shared.lock:
-            log = self._shared.logs.get(name)
-            return None if log is None else (len(log), bytes(log[offset:]))
+        return self._memory.shared.quarantined
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Replace a session's raw bytes (for tests and imports that build logs by hand).
@@ -286,5 +354,5 @@ class MemoryStore(BaseStore):
         Writers of the session find it replaced on their next append and raise
         :class:`SessionNotFoundError`; open it again to write the new bytes.
         """
-        with self._shared.lock:
-            self._shared.logs[key] = bytearray(data)
+        with self._memory.shared.lock:
+            self._memory.shared.logs[key] = bytearray(data)

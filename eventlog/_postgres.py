@@ -17,7 +17,7 @@ Invariants:
   statement each on an autocommit connection. Connections go to any thread, one at a time:
   the store's own first connection when it is free (no pool threads for a store used by one
   thread), else one from a pool opened on first need; a forked child uses neither.
-- Snapshots and the catalog blob use the shared view formats (``ViewStorage``), kept in tables.
+- Snapshots and the catalog blob use the shared view formats (``SnapshotViews``), kept in tables.
 - psycopg is imported lazily: ``import eventlog`` works without it.
 """
 
@@ -26,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -43,8 +41,8 @@ from ._errors import (
 from ._events import FORMAT_VERSION, Header
 from ._fold import SessionState, fold, initial_state
 from ._keystore import KeyProvider, KeyStore
-from ._lifecycle import TrashEntry
 from ._names import check_key
+from ._pg_backend import PgBackend
 from ._pg_common import (
     CatalogRecord,
     PgTarget,
@@ -56,7 +54,6 @@ from ._pg_common import (
     notify_payload,
     require_psycopg,
     run,
-    tail_bytes,
     text,
     translate,
 )
@@ -64,23 +61,15 @@ from ._pg_io import _PgIO, idle_ok
 from ._pg_notify import NotifyWaker
 from ._pg_schema import is_current, migrate
 from ._pg_writer import PgSessionWriter
-from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume, snapshot_seq
+from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume
 from ._store import BaseStore
 from ._store_types import CutReport, OpenReport, RawSession
 from ._tokens import TokenCounter
-from ._views import LogStat
 from ._writer import Durability, SessionWriter
 
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
-
-
-@dataclass(slots=True)
-class _Raw:
-    io: _PgIO
-    data: bytes
-    created: bool
 
 
 def _idle_status(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
@@ -130,7 +119,9 @@ class PostgresStore(BaseStore):
         key_store: KeyStore | None = None,
     ) -> None:
         require_psycopg()
-        super().__init__(durability=durability, hash_key=hash_key, token_counter=token_counter)
+        super().__init__(
+            PgBackend(self), durability=durability, hash_key=hash_key, token_counter=token_counter
+        )
         self._use_keys(key_provider, key_store)
         #: The one writer per session this store hands out (its log is in ``_writers``).
         self._pg_writers: dict[str, PgSessionWriter] = {}
@@ -312,7 +303,7 @@ class PostgresStore(BaseStore):
                     if self._unseal_restored(key, snap, decoded):
                         if writing:
                             self._check_writable(key, snap.header)
-                        self._snapshot_seqs()[key] = snap.seq
+                        self._views.seqs[key] = snap.seq
                         return fold(snap.header, decoded.events, snap.state), size
             data = self._read_on(conn, kb)  # a stale or damaged snapshot: read every line
             if data is None:
@@ -405,14 +396,6 @@ class PostgresStore(BaseStore):
 
     # -- backend hooks -----------------------------------------------------------------------
 
-    def _describe(self, key: str) -> str:
-        return f"session {key!r} in {self._where}"
-
-    def _open_raw(self, key: str, create: bool) -> RawSession | None:
-        if not create and not self.exists(key):
-            return None
-        return _Raw(_PgIO(self, key), b"", create)
-
     def _prepare(
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
     ) -> tuple[SessionState, OpenReport]:
@@ -470,69 +453,7 @@ class PostgresStore(BaseStore):
             # through the session's one group-commit writer.
             return SessionWriter(writer.log, on_close=self._forget, submit=writer._submit)
 
-    def _read_raw(self, key: str) -> bytes | None:
-        with self._reading("read") as conn:
-            return self._read_on(conn, key.encode())
-
-    def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
-        with self._reading("quarantine") as conn:
-            conn.execute(self._sql.quarantine, (key.encode(), reason, line, offset, data))
-        return f"quarantine table, {self._describe(key)}"
-
-    def _list_keys(self) -> list[str]:
-        with self._reading("list") as conn:
-            return [bytes(r[0]).decode() for r in conn.execute(self._sql.keys, binary=True)]
-
-    def _remove(self, key: str) -> bool:
-        kb = key.encode()
-        with self._connection("delete") as conn:
-            conn.execute(self._sql.unquarantine, (kb,))
-            if conn.execute(self._sql.lock_only, (kb,)).fetchone() is None:
-                return False
-            conn.execute(self._sql.delete_events, (kb,))
-            return conn.execute(self._sql.delete, (kb,)).rowcount > 0
-
-    # -- the trash (retention cleanup) ------------------------------------------------------------
-
-    def _trash(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
-        kb = key.encode()
-        with self._connection("trash") as conn:  # one transaction: in the store or in the trash
-            conn.execute(self._sql.lock_only, (kb,))
-            data = b"".join(bytes(r[0]) for r in conn.execute(self._sql.lines, (kb,), binary=True))
-            conn.execute(self._sql.trash, (kb, entry_id, when, reason, data))
-            conn.execute(self._sql.unquarantine, (kb,))
-            conn.execute(self._sql.delete_events, (kb,))
-            conn.execute(self._sql.delete, (kb,))
-        return f"{self._describe(key)} (trash {entry_id})"
-
-    def _untrash(self, entry: TrashEntry) -> None:
-        with self._connection("restore") as conn:
-            row = conn.execute(self._sql.trash_data, (entry.id,), binary=True).fetchone()
-        if row is None:
-            raise SessionNotFoundError(f"trash entry {entry.id}")
-        if self.import_bytes(entry.key, bytes(row[0])) == "clash":
-            raise InvalidEventError(f"cannot restore {entry.key!r}: a session with that key exists")
-        self._purge(entry)
-
-    def _purge(self, entry: TrashEntry) -> None:
-        with self._reading("purge") as conn:
-            conn.execute(self._sql.trash_drop, (entry.id,))
-
-    def _trash_entries(self) -> list[TrashEntry]:
-        with self._reading("trash") as conn:
-            rows = conn.execute(self._sql.trash_list, binary=True).fetchall()
-        return [
-            TrashEntry(str(r[0]), bytes(r[1]).decode(), r[2], str(r[3]), f"{self._where} trash")
-            for r in rows
-        ]
-
     # -- where a database does better than the generic code ----------------------------------
-
-    def exists(self, key: str) -> bool:
-        """Whether a session with ``key`` exists."""
-        kb = check_key(key).encode()
-        with self._reading("read") as conn:
-            return run(conn, self._sql.exists, (kb,)).fetchone() is not None
 
     def state(self, key: str) -> SessionState:
         """The current folded state of ``key`` (what every writer has committed)."""
@@ -547,58 +468,10 @@ class PostgresStore(BaseStore):
             raise SessionNotFoundError(key)
         return state
 
-    def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
-        """The log's length and its bytes from ``offset`` on (only the rows from there)."""
-        kb = check_key(key).encode()
-        with self._reading("read") as conn:
-            rows = run(conn, self._sql.tail, {"k": kb, "o": offset}, binary=True).fetchall()
-        if not rows:
-            raise SessionNotFoundError(key)
-        return tail_bytes(rows, offset)
-
     def writer_lock_held(self, key: str) -> bool:
         """Always False: PostgreSQL sessions take many writers (each append locks briefly)."""
         check_key(key)
         return False
-
-    def snapshot_bytes(self, key: str) -> bytes | None:
-        """The stored snapshot of ``key``."""
-        with self._reading("read snapshot") as conn:
-            row = conn.execute(self._sql.snapshot, (key.encode(),), binary=True).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def put_snapshot(self, key: str, data: bytes | None) -> None:
-        """Store (or remove) the snapshot of ``key``."""
-        with self._reading("write snapshot") as conn:
-            if data is None:
-                conn.execute(self._sql.drop_snapshot, (key.encode(),))
-            else:
-                conn.execute(self._sql.put_snapshot, (data, snapshot_seq(data), key.encode()))
-
-    def catalog_bytes(self) -> bytes | None:
-        """The stored catalog blob (the generic catalog's cache)."""
-        with self._reading("read catalog") as conn:
-            row = conn.execute(self._sql.catalog, binary=True).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def put_catalog(self, data: bytes) -> None:
-        """Store the catalog blob."""
-        with self._reading("write catalog") as conn:
-            conn.execute(self._sql.put_catalog, (data,))
-
-    def scan_logs(self) -> list[LogStat]:
-        """Every session's log length (one query; ``ino`` changes when a key is recreated)."""
-        with self._reading("list") as conn:
-            rows = conn.execute(self._sql.scan, binary=True).fetchall()
-        return [
-            LogStat(
-                bytes(r[0]).decode(),
-                int(r[1]),
-                int.from_bytes(str(r[2]).encode()[:16].ljust(8, b"\0")[:8], "big") >> 1,
-                int(r[3].timestamp() * 1e9),
-            )
-            for r in rows
-        ]
 
     def import_bytes(
         self, key: str, data: bytes, *, rejected: Sequence[tuple[str, int, int, bytes]] = ()

@@ -212,7 +212,7 @@ class PrivacyOps:
         if self._keyring is None:
             return False
         store: BaseStore = self  # type: ignore[assignment]
-        data = store._read_raw(check_key(key))
+        data = store._backend.read(check_key(key))
         header = header_of(data) if data else None
         if header is None or not header.sealing:
             return False
@@ -323,7 +323,7 @@ class PrivacyOps:
         store: BaseStore = self  # type: ignore[assignment]
         with contextlib.suppress(EventLogError, OSError):
             store.put_snapshot(key, None)
-        store._snapshot_seqs().pop(key, None)
+        store._views.seqs.pop(key, None)
 
     def _forget_keys(self, session_id: str | None) -> None:
         """Destroy the key record of a session that was deleted for good."""

@@ -1,8 +1,10 @@
 """What every store shares: opening a session from its bytes, catching up, the writers.
 
-A backend supplies raw access (open a session's bytes under its lock, read them without it,
-list, remove, quarantine); this module turns bytes into checked, folded sessions the same way
-for every backend, so the file and memory stores cannot drift apart.
+A store holds a backend (:class:`~eventlog._backend.Backend`: open a session's bytes under its
+lock, read them without it, list, remove, quarantine, the trash and view bytes) and builds the
+rest on it once: this module turns bytes into checked, folded sessions the same way for every
+backend, so the stores cannot drift apart; the lifecycle (:class:`Lifecycle`) and the snapshots
+(:class:`SnapshotViews`) are objects the store holds, and its methods delegate to them.
 
 Invariants:
 - Many writers, one log: a store keeps one :class:`SessionLog` per session it writes, and any
@@ -19,18 +21,18 @@ Invariants:
 
 from __future__ import annotations
 
-import abc
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol, Self, cast
+from datetime import UTC, datetime, timedelta
+from typing import Any, Self, cast
 
 import msgspec
 
+from ._backend import Backend, CatchUp, LogStat, SharedIO, TrashEntry
+from ._changes import ChangeView, slot_of
 from ._codec import ZERO_HASH, Decoded, TornTail, decode_log, encode_line, normalize_key
 from ._errors import (
     CorruptLogError,
@@ -43,14 +45,14 @@ from ._errors import (
 from ._events import FORMAT_VERSION, Event, Header
 from ._fold import SessionState, apply, fold
 from ._indexsnap import IndexMeta
-from ._lifecycle import LifecycleOps
+from ._lifecycle import CleanupReport, EndHook, Lifecycle
 from ._names import check_key
 from ._privacy import PrivacyOps, header_of
 from ._snapshot import Snapshot
 from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
 from ._values import encode_checked
-from ._views import ViewStorage
+from ._views import SnapshotStatus, SnapshotViews
 from ._writer import (
     Durability,
     SessionIO,
@@ -73,24 +75,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class SharedIO(SessionIO, Protocol):
-    """A log other stores may write too: what :meth:`BaseStore._catch_up` needs of its I/O."""
-
-    stale: bool
-
-    def observe(self) -> int:
-        """The log's current length; raise SessionNotFoundError if it was removed."""
-
-    def read_from(self, offset: int) -> bytes:
-        """The log's bytes from ``offset`` on."""
-
-    def set_size(self, size: int) -> None:
-        """Record the valid length this writer now knows."""
-
-    def pinned(self) -> AbstractContextManager[bool]:
-        """Keep the log usable for a read without its lock (False: it is not open now)."""
-
-
 @dataclass(slots=True)
 class _Reopened:
     io: SessionIO
@@ -98,11 +82,35 @@ class _Reopened:
     created: bool = False
 
 
-class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
-    """Shared logic of the sync stores; a backend implements the abstract raw methods."""
+def _weak_catch_up(store: BaseStore) -> CatchUp:
+    """The store's catch-up for its backend's I/O, holding the store weakly (no cycle)."""
+    ref = weakref.ref(store)
+
+    def catch_up(key: str, io: SharedIO, state: SessionState, *, locked: bool) -> bool:
+        target = ref()
+        if target is None:
+            raise StoreClosedError("the store is gone")
+        return target._catch_up(key, io, state, locked=locked)
+
+    return catch_up
+
+
+class BaseStore(PrivacyOps):
+    """A store over a :class:`~eventlog.backend.Backend`: the shared logic of every sync store.
+
+    ``BaseStore(backend)`` is a complete store; :class:`FileStore`, :class:`MemoryStore` and
+    :class:`PostgresStore` each give it their backend and add what is theirs.
+    """
+
+    #: Events past the last snapshot that make a closing writer write a new one.
+    snapshot_every: int = 256
+    #: Events a writer holds in memory (past the index it opened from) before it indexes
+    #: them and reads them back from the log on demand (0: never; see :class:`SnapshotViews`).
+    settle_every: int = 4096
 
     def __init__(
         self,
+        backend: Backend,
         *,
         durability: Durability | str = "batch",
         hash_key: bytes | str | None = None,
@@ -113,49 +121,20 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         self._hash_key = normalize_key(hash_key)
         self.token_counter: TokenCounter = token_counter or estimate_tokens
         self.batch_window = batch_window
+        self._backend = backend
+        backend.catch_up = _weak_catch_up(self)
+        self._lifecycle = Lifecycle(self, backend.trash())
+        self._views = SnapshotViews(self, backend)
         #: The session logs this store writes, by key (each shared by its writer handles).
         self._writers: dict[str, SessionLog] = {}
         self._reports: dict[str, OpenReport] = {}
         self._mutex = threading.RLock()
         self._closed = False
-        self._end_hooks = []
         _STORES.add(self)
 
-    # -- backend hooks -----------------------------------------------------------------------
-
-    @abc.abstractmethod
-    def _open_raw(self, key: str, create: bool) -> RawSession | None:
-        """Open ``key`` with its lock held (None if absent and not ``create``)."""
-
-    def _open_raw_from(
-        self, key: str, create: bool, snap: Snapshot | IndexMeta | None
-    ) -> RawSession | None:
-        """Like :meth:`_open_raw`; a backend may read the log only from the line ``snap`` was
-        taken at (its raw then has ``base``, that line's offset, and ``snapshot``)."""
-        return self._open_raw(key, create)
-
-    @abc.abstractmethod
-    def _read_raw(self, key: str) -> bytes | None:
-        """Read ``key``'s bytes without the lock (None if absent)."""
-
-    @abc.abstractmethod
     def _describe(self, key: str) -> str:
         """Where ``key`` lives, for messages."""
-
-    @abc.abstractmethod
-    def _quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
-        """Keep ``data`` cut from ``key``'s log; return where it went."""
-
-    @abc.abstractmethod
-    def _list_keys(self) -> list[str]:
-        """Keys of every session."""
-
-    @abc.abstractmethod
-    def _remove(self, key: str) -> bool:
-        """Remove a session's log and everything beside it (the caller closed its writer)."""
-
-    def _release(self, io: SessionIO) -> None:
-        """A log opened by :meth:`_open_raw` becomes a writer's: drop the lock taken to open it."""
+        return self._backend.describe(key)
 
     # -- public API --------------------------------------------------------------------------
 
@@ -200,11 +179,11 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         ``events`` holds only the events after it (see ``snapshot_seq``).
         """
         key = check_key(key)
-        restored = self._restore(key, None) if snapshot and not prefix else None
+        restored = self._views.restore(key, None) if snapshot and not prefix else None
         if restored is not None:
             snap, _, decoded, state = restored
         else:
-            data = self._read_raw(key)
+            data = self._backend.read(key)
             if data is None:
                 raise SessionNotFoundError(key)
             decoded = self._decode(key, data)
@@ -247,18 +226,18 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
 
     def read_bytes(self, key: str) -> bytes:
         """Return a session's log bytes exactly as stored."""
-        data = self._read_raw(check_key(key))
+        data = self._backend.read(check_key(key))
         if data is None:
             raise SessionNotFoundError(key)
         return data
 
     def keys(self) -> list[str]:
         """Every session key in the store, sorted."""
-        return sorted(self._list_keys())
+        return sorted(self._backend.list_keys())
 
     def exists(self, key: str) -> bool:
         """Whether a session with ``key`` exists."""
-        return self._read_raw(check_key(key)) is not None
+        return self._backend.exists(check_key(key))
 
     def delete(self, key: str) -> bool:
         """Remove a session for good (log, snapshot, catalog row, quarantine); True if it existed.
@@ -268,20 +247,20 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         """
         key = check_key(key)
         with self._mutex:
-            final = self.state(key) if self._end_hooks and self.exists(key) else None
+            final = self.state(key) if self._lifecycle.end_hooks and self.exists(key) else None
             sealed = self._sealed_id(key)
             self._close_writer(key)
-            removed = self._remove(key)
+            removed = self._backend.remove(key)
         if removed:
             self._forget_keys(sealed)
         if removed and final is not None:
-            self._ended(final, "delete")
+            self._lifecycle.ended(final, "delete")
         return removed
 
     def _sealed_id(self, key: str) -> str | None:
         if self._keyring is None:
             return None
-        data = self._read_raw(key)
+        data = self._backend.read(key)
         header = header_of(data) if data else None
         return header.id if header is not None and header.sealing else None
 
@@ -292,11 +271,143 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         if log is not None:
             log.close()
 
+    # -- lifecycle (see :class:`Lifecycle`) ---------------------------------------------------
+
+    @property
+    def trash_ttl(self) -> timedelta:
+        """How long a trashed session stays restorable (default 7 days)."""
+        return self._lifecycle.trash_ttl
+
+    @trash_ttl.setter
+    def trash_ttl(self, value: timedelta) -> None:
+        self._lifecycle.trash_ttl = value
+
+    def on_end(self, hook: EndHook) -> EndHook:
+        """Register ``hook(final_state, reason)``, called once whenever a session ends."""
+        return self._lifecycle.on_end(hook)
+
+    def archive(self, key: str) -> bool:
+        """End ``key`` as archived (it stays listed, filterable by state); False if it already was."""
+        return self._lifecycle.archive(key)
+
+    def reset(
+        self, key: str, *, keep_metadata: Iterable[str] = (), keep_system: bool = True
+    ) -> int:
+        """Clear ``key``'s messages but its system prompt; drop metadata not named in
+        ``keep_metadata``. Returns the seq of the ``cleared`` event."""
+        return self._lifecycle.reset(key, keep_metadata=keep_metadata, keep_system=keep_system)
+
+    def new_session(self, key: str, *, keep_title: bool = False) -> int:
+        """``/new``: end the current conversation (kept in the log) and start a fresh one.
+
+        See :meth:`Lifecycle.new_session`. Returns the seq where the new conversation starts.
+        """
+        return self._lifecycle.new_session(key, keep_title=keep_title)
+
+    def resume(
+        self, key: str, start_seq: int, *, by: str | None = None, id: str | None = None
+    ) -> int:
+        """Make the ended conversation of ``key`` that began at ``start_seq`` current again.
+
+        See :meth:`Lifecycle.resume`. Returns the seq of the ``resumed`` event.
+        """
+        return self._lifecycle.resume(key, start_seq, by=by, id=id)
+
+    def mark_idle(self, older_than: timedelta | float, *, now: datetime | None = None) -> list[str]:
+        """Set ``idle`` on active sessions with no event for ``older_than``; return their keys."""
+        return self._lifecycle.mark_idle(older_than, now=now)
+
+    def latest_session(self, prefix: str) -> str | None:
+        """The key starting with ``prefix`` whose last event is newest (None if there is none)."""
+        return self._lifecycle.latest_session(prefix)
+
+    def cleanup(
+        self,
+        older_than: timedelta | float,
+        *,
+        state: str | None = None,
+        now: datetime | None = None,
+    ) -> CleanupReport:
+        """Move sessions idle for longer than ``older_than`` to the trash; purge expired trash.
+
+        See :meth:`Lifecycle.cleanup`.
+        """
+        return self._lifecycle.cleanup(older_than, state=state, now=now)
+
+    def trash(self) -> list[TrashEntry]:
+        """Sessions in the trash, oldest first."""
+        return self._lifecycle.trash()
+
+    def restore(self, entry: TrashEntry | str) -> str:
+        """Bring a trashed session back (by entry or id); return its key (see
+        :meth:`Lifecycle.restore`)."""
+        return self._lifecycle.restore(entry)
+
+    def purge_trash(self, *, now: datetime | None = None) -> list[TrashEntry]:
+        """Remove for good the trash entries older than ``trash_ttl``; return them."""
+        return self._lifecycle.purge_trash(now=now)
+
+    # -- snapshots and derived views (see :class:`SnapshotViews`) ------------------------------
+
+    def snapshot_status(self, key: str) -> SnapshotStatus:
+        """Check ``key``'s snapshot against its log (reads the log from the snapshot on)."""
+        return self._views.snapshot_status(check_key(key))
+
+    def write_snapshot(self, key: str, *, rebuild: bool = False) -> SnapshotStatus:
+        """Bring ``key``'s snapshot up to the end of its log; with ``rebuild``, from the log alone.
+
+        See :meth:`SnapshotViews.write_snapshot`.
+        """
+        return self._views.write_snapshot(check_key(key), rebuild=rebuild)
+
+    def snapshot_bytes(self, key: str) -> bytes | None:
+        """The stored snapshot of ``key`` (None: none kept)."""
+        return self._backend.snapshot_bytes(check_key(key))
+
+    def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Store (or with None, remove) the snapshot of ``key``, atomically."""
+        self._backend.put_snapshot(check_key(key), data)
+
+    # -- the catalog's source (moving to eventlog.backend.catalog_source) ---------------------
+
+    def catalog_bytes(self) -> bytes | None:
+        """The stored session catalog (None: none kept)."""
+        return self._backend.catalog_source().catalog_bytes()
+
+    def put_catalog(self, data: bytes) -> None:
+        """Store the session catalog, atomically."""
+        self._backend.catalog_source().put_catalog(data)
+
+    def scan_logs(self) -> list[LogStat]:
+        """Every log, as one directory scan sees it."""
+        return self._backend.catalog_source().scan_logs()
+
+    def log_names(self) -> list[str]:
+        """The names :meth:`scan_logs` gives."""
+        return self._backend.catalog_source().log_names()
+
+    def stat_log(self, name: str) -> LogStat | None:
+        """One log as :meth:`scan_logs` would see it (None: there is no such log)."""
+        return self._backend.catalog_source().stat_log(name)
+
+    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
+        """A log named as :meth:`scan_logs` names it: its length and bytes from ``offset``."""
+        return self._backend.catalog_source().read_log(name, offset)
+
+    def read_changes(self) -> ChangeView | None:
+        """A copy of the store's change table; None: none kept."""
+        return self._backend.catalog_source().read_changes()
+
+    @staticmethod
+    def log_slot(name: str) -> int:
+        """The change-table slot of a log named as :meth:`scan_logs` names it."""
+        return slot_of(name)
+
     # -- replay support (recover, repair, import, follow) ------------------------------------
 
     def writer_lock_held(self, key: str) -> bool:
         """Whether another writer is writing ``key`` at this moment (its lock is held)."""
-        return self._probe_lock(check_key(key))
+        return self._backend.probe_lock(check_key(key))
 
     def cut(
         self, key: str, offset: int, *, reason: str, expect_length: int | None = None
@@ -309,7 +420,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         """
         key = check_key(key)
         with self._mutex:
-            raw = self._open_raw(key, False)
+            raw = self._backend.open_raw(key, False)
             if raw is None:
                 raise SessionNotFoundError(key)
             try:
@@ -327,7 +438,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
                 line = data.count(b"\n", 0, offset) + 1
                 if offset == len(data):
                     return CutReport(key, offset, 0, line, None)
-                where = self._quarantine(
+                where = self._backend.quarantine(
                     key, data[offset:], reason=reason, line=line, offset=offset
                 )
                 raw.io.truncate(offset)
@@ -355,7 +466,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         with self._mutex:
             if self._closed:
                 raise StoreClosedError("the store is closed")
-            raw = self._open_raw(key, True)
+            raw = self._backend.open_raw(key, True)
             assert raw is not None
             created = raw.created
             try:
@@ -369,25 +480,19 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
                     raw.io.sync()
                 if not existing:
                     for reason, line, offset, text in rejected:
-                        self._quarantine(key, text, reason=reason, line=line, offset=offset)
+                        self._backend.quarantine(key, text, reason=reason, line=line, offset=offset)
                 return "extended" if existing else "created"
             except BaseException:
                 if created:
                     raw.io.close()
-                    self._remove(key)
+                    self._backend.remove(key)
                 raise
             finally:
                 raw.io.close()
 
     def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
         """The log's length and its bytes from ``offset`` on (for followers)."""
-        data = self._read_raw(check_key(key))
-        if data is None:
-            raise SessionNotFoundError(key)
-        return len(data), data[offset:]
-
-    def _probe_lock(self, key: str) -> bool:
-        return False
+        return self._backend.read_tail(check_key(key), offset)
 
     def close(self) -> None:
         """Sync and close every open writer (graceful shutdown, like nanobot's ``flush_all``)."""
@@ -440,7 +545,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
             if log is None or log.closed:
                 raw, state, report = self._open_checked(key, create=create, metadata=metadata)
                 try:
-                    self._release(raw.io)
+                    self._backend.release(raw.io)
                 except BaseException:
                     raw.io.close()
                     raise
@@ -453,7 +558,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
                     token_counter=self.token_counter,
                     batch_window=self.batch_window,
                 )
-                log.settle = self._settler(key)
+                log.settle = self._views.settler(key)
                 writer = SessionWriter(log, on_close=self._forget)
                 try:
                     self._arm_writer(writer)  # an encrypted store's sealer, finished erasures
@@ -500,7 +605,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
                 del self._writers[log.key]
         if last:
             log.close()
-        self._snapshot_on_close(writer)
+        self._views.on_close(writer)
 
     def _forked(self) -> None:
         """In a forked child: fresh locks; every log reloads from the file on next use."""
@@ -590,7 +695,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         state.head = decoded.head  # the last line's: a segment header is a link too
         io.set_size(decoded.valid_length)
         if torn is not None and locked:
-            where = self._quarantine(
+            where = self._backend.quarantine(
                 key, torn.data, reason=torn.reason, line=torn.line, offset=torn.offset
             )
             io.truncate(decoded.valid_length)
@@ -603,8 +708,8 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
     ) -> tuple[RawSession, SessionState, OpenReport]:
         """Open ``key`` under its writer lock, cut a torn tail, fold it (the async store too)."""
-        snap = self._read_snapshot(key)
-        raw = self._open_raw_from(key, create, snap)
+        snap = self._views.read_snapshot(key)
+        raw = self._backend.open_raw(key, create, snap)
         if raw is None:
             raise SessionNotFoundError(key)
         try:
@@ -623,9 +728,9 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         restored = None
         if base:
             # Read from the snapshot's line: use it, or (the log no longer matches it) read all.
-            restored = self._restore(key, data, base=base, snap=snap)
+            restored = self._views.restore(key, data, base=base, snap=snap)
             if restored is None:
-                data = self._read_raw(key) or b""
+                data = self._backend.read(key) or b""
         # A header cut anywhere, even inside its first bytes, is a crash while creating it.
         start = b'{"type":"header"'
         torn_header = b"\n" not in data and (data.startswith(start) or start.startswith(data))
@@ -635,7 +740,9 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
             torn = None
             if data:
                 torn = TornTail(1, 0, data, "incomplete header line")
-                quarantine = self._quarantine(key, data, reason=torn.reason, line=1, offset=0)
+                quarantine = self._backend.quarantine(
+                    key, data, reason=torn.reason, line=1, offset=0
+                )
                 raw.io.truncate(0)
             header = self._new_header(key, metadata)
             sealed = self._seal_new_header(header)
@@ -648,7 +755,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
                 key, created=not data, torn=torn, quarantine=quarantine
             )
         if restored is None:
-            restored = self._restore(key, data)
+            restored = self._views.restore(key, data)
         decoded = restored[2] if restored is not None else self._decode(key, data)
         if decoded.bad is not None:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
@@ -659,7 +766,7 @@ class BaseStore(PrivacyOps, LifecycleOps, ViewStorage, abc.ABC):
         report = OpenReport(key)
         if decoded.torn is not None:
             torn = decoded.torn
-            where = self._quarantine(
+            where = self._backend.quarantine(
                 key, torn.data, reason=torn.reason, line=torn.line, offset=torn.offset
             )
             raw.io.truncate(decoded.valid_length)

@@ -1,36 +1,35 @@
 """Where a store keeps its derived views (snapshots, the catalog), and snapshot use on open.
 
-A backend overrides the storage hooks (:meth:`ViewStorage.snapshot_bytes`,
-:meth:`~ViewStorage.put_snapshot`, :meth:`~ViewStorage.catalog_bytes`,
-:meth:`~ViewStorage.put_catalog`, :meth:`~ViewStorage.scan_logs`, :meth:`~ViewStorage.read_log`,
-:meth:`~ViewStorage.log_names`, :meth:`~ViewStorage.stat_log`, :meth:`~ViewStorage.read_changes`);
-the defaults keep nothing and scan through the public API, which is always correct, only slower.
+A store holds one :class:`SnapshotViews`; the bytes live where its backend keeps them
+(:meth:`~eventlog._backend.Backend.snapshot_bytes`, :meth:`~eventlog._backend.Backend.put_snapshot`,
+:meth:`~eventlog._backend.Backend.index_files`; the defaults keep nothing, which is always
+correct, only slower).
 
 Invariants:
 - Views are derived: losing or damaging one loses nothing; a view that disagrees with the log is
   ignored and rebuilt from the log.
 - Snapshot policy: a snapshot is written when a writer closes and its session has at least
-  :attr:`ViewStorage.snapshot_every` events past the snapshot it opened from (or past the header,
-  when it opened without one); and on demand (:meth:`~ViewStorage.write_snapshot`, which
+  ``store.snapshot_every`` events past the snapshot it opened from (or past the header,
+  when it opened without one); and on demand (:meth:`~SnapshotViews.write_snapshot`, which
   ``replay.recover`` and ``projections.rebuild_snapshot`` use). Loading never writes anything.
-- A file-store writer holding :attr:`ViewStorage.settle_every` events past the index it opened
+- A file-store writer holding ``store.settle_every`` events past the index it opened
   from extends the index snapshot from what it holds and then reads those events back from
-  the log like the rest (:meth:`ViewStorage._settle`): its memory stays flat however long it
+  the log like the rest (:meth:`SnapshotViews._settle`): its memory stays flat however long it
   appends. That costs the events since the last index (about one record pack and one id
   digest each, no decoding), never the session.
 """
 
 from __future__ import annotations
 
-import abc
 import contextlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
-from ._changes import ChangeView, slot_of
+from ._backend import Backend, LogStat
 from ._codec import Decoded
 from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
 from ._events import Header
@@ -61,18 +60,11 @@ from ._snapshot import (
 )
 
 if TYPE_CHECKING:
+    from ._store import BaseStore
+    from ._writeapi import WriteAPI
     from ._writer import SessionWriter
 
-
-@dataclass(frozen=True, slots=True)
-class LogStat:
-    """One log as a directory scan sees it: its name in the store, size, identity, mtime."""
-
-    name: str
-    size: int
-    #: Changes when the log is replaced (a new file, or bytes put in place of others).
-    ino: int
-    mtime_ns: int
+__all__ = ("LogStat", "SnapshotStatus", "SnapshotViews")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,113 +82,24 @@ class SnapshotStatus:
     written: bool = False
 
 
-class ViewStorage(abc.ABC):
-    """Storage hooks for derived views, and the snapshot logic every store shares."""
+class SnapshotViews:
+    """The snapshot logic of one store (it holds this object and delegates to it)."""
 
-    #: Events past the last snapshot that make a closing writer write a new one.
-    snapshot_every: int = 256
-    #: Events a writer holds in memory (past the index it opened from) before it indexes
-    #: them and reads them back from the log on demand (0: never; see :meth:`_settle`).
-    settle_every: int = 4096
-    _hash_key: bytes
-
-    # -- what the store itself provides --------------------------------------------------------
-
-    @abc.abstractmethod
-    def keys(self) -> list[str]:
-        """Every session key."""
-
-    @abc.abstractmethod
-    def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
-        """The log's length and its bytes from ``offset`` on."""
-
-    @abc.abstractmethod
-    def read_bytes(self, key: str) -> bytes:
-        """The whole log."""
-
-    @abc.abstractmethod
-    def _decode(self, key: str, data: bytes) -> Decoded:
-        """Decode a whole log, checking its header names ``key``."""
-
-    @abc.abstractmethod
-    def _describe(self, key: str) -> str:
-        """Where ``key`` lives, for messages."""
-
-    # -- sealing hooks (an encrypted store overrides these; see ``_privacy``) --------------------
-
-    def _seal_snapshot(self, key: str, snapshot: Snapshot) -> Snapshot:
-        return snapshot
-
-    def _unseal_restored(self, key: str, snapshot: Snapshot, decoded: Decoded) -> bool:
-        return True
-
-    # -- storage hooks (override in a backend) -------------------------------------------------
-
-    def snapshot_bytes(self, key: str) -> bytes | None:
-        """The stored snapshot of ``key`` (None: none kept)."""
-        return None
-
-    def put_snapshot(self, key: str, data: bytes | None) -> None:
-        """Store (or with None, remove) the snapshot of ``key``, atomically."""
-        return None
-
-    def catalog_bytes(self) -> bytes | None:
-        """The stored session catalog (None: none kept)."""
-        return None
-
-    def put_catalog(self, data: bytes) -> None:
-        """Store the session catalog, atomically."""
-        return None
-
-    def scan_logs(self) -> list[LogStat]:
-        """Every log, as one directory scan sees it (the default reads every log's length)."""
-        stats: list[LogStat] = []
-        for key in self.keys():
-            try:
-                size, _ = self.read_tail(key, 1 << 62)
-            except SessionNotFoundError:
-                continue
-            stats.append(LogStat(key, size, 0, 0))
-        return stats
-
-    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
-        """A log named as :meth:`scan_logs` names it: its length and bytes from ``offset``."""
-        try:
-            return self.read_tail(name, offset)
-        except SessionNotFoundError:
-            return None
-
-    def log_names(self) -> list[str]:
-        """The names :meth:`scan_logs` gives (a backend may list them without a stat each)."""
-        return [st.name for st in self.scan_logs()]
-
-    def stat_log(self, name: str) -> LogStat | None:
-        """One log as :meth:`scan_logs` would see it (None: there is no such log)."""
-        got = self.read_log(name, 1 << 62)
-        return None if got is None else LogStat(name, got[0], 0, 0)
-
-    def read_changes(self) -> ChangeView | None:
-        """A copy of the store's change table (see :mod:`eventlog._changes`); None: none kept.
-
-        Without one, a catalog refresh stats every log; with one, only the logs in slots whose
-        stamp changed since its saved copy (and the directory only when membership changed).
-        """
-        return None
-
-    @staticmethod
-    def log_slot(name: str) -> int:
-        """The change-table slot of a log named as :meth:`scan_logs` names it."""
-        return slot_of(name)
+    def __init__(self, store: BaseStore, backend: Backend) -> None:
+        # The store owns this object: a weak reference back, so no cycle keeps the store alive.
+        self._store = cast("BaseStore", weakref.proxy(store))
+        self._backend = backend
+        self._hash_key = store.hash_key
+        #: The seq of the snapshot each session last opened from or wrote (the close policy).
+        self.seqs: dict[str, int] = {}
 
     def _index_files(self, key: str) -> FileIndexFiles | None:
-        """Where ``key``'s message and id records live (None: this store keeps format-2
-        snapshots, with the messages inside)."""
-        return None
+        return self._backend.index_files(key)
 
-    def _read_snapshot(self, key: str) -> Snapshot | IndexMeta | None:
+    def read_snapshot(self, key: str) -> Snapshot | IndexMeta | None:
         """``key``'s snapshot, checked on its own (None: missing, corrupt, or of the format
         this store does not keep)."""
-        blob = self.snapshot_bytes(key)
+        blob = self._backend.snapshot_bytes(key)
         if blob is None:
             return None
         try:
@@ -213,7 +116,7 @@ class ViewStorage(abc.ABC):
 
     def snapshot_status(self, key: str) -> SnapshotStatus:
         """Check ``key``'s snapshot against its log (reads the log from the snapshot on)."""
-        blob = self.snapshot_bytes(key)
+        blob = self._backend.snapshot_bytes(key)
         if blob is None:
             return SnapshotStatus(key, "missing")
         snap: Snapshot | IndexMeta
@@ -227,7 +130,7 @@ class ViewStorage(abc.ABC):
         if isinstance(snap, IndexMeta) and self._index_files(key) is None:
             return SnapshotStatus(key, "stale", snap.seq, reason="written in another format")
         try:
-            _, tail = self.read_tail(key, snap.line_start)
+            _, tail = self._store.read_tail(key, snap.line_start)
         except SessionNotFoundError:
             return SnapshotStatus(key, "stale", snap.seq, reason="the log is gone")
         problem = check_anchor(snap, tail, self._hash_key)
@@ -252,11 +155,13 @@ class ViewStorage(abc.ABC):
             done = self._write_index_snapshot(key, files, rebuild)
             if done is not None:
                 return done
-        restored = None if rebuild else self._restore(key, None)
+        restored = None if rebuild else self.restore(key, None)
         if restored is not None:
             snap, tail, decoded, state = restored
             if decoded.bad is not None:
-                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+                raise CorruptLogError(
+                    self._store._describe(key), decoded.bad.line, decoded.bad.reason
+                )
             if not decoded.events:
                 return SnapshotStatus(key, "valid", snap.seq)
             header = snap.header
@@ -267,21 +172,21 @@ class ViewStorage(abc.ABC):
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
         try:
-            snapshot = self._seal_snapshot(key, make_snapshot(header, state, anchor))
+            snapshot = self._store._seal_snapshot(key, make_snapshot(header, state, anchor))
             blob = encode_snapshot(snapshot, self._hash_key)
         except (msgspec.EncodeError, OverflowError) as exc:
-            self.put_snapshot(key, None)
+            self._backend.put_snapshot(key, None)
             return SnapshotStatus(key, "missing", reason=f"state cannot be snapshotted: {exc}")
-        self.put_snapshot(key, blob)
-        self._snapshot_seqs()[key] = anchor.seq
+        self._backend.put_snapshot(key, blob)
+        self.seqs[key] = anchor.seq
         return SnapshotStatus(key, "valid", anchor.seq, written=True)
 
     def _fold_whole_log(self, key: str) -> tuple[bytes, Decoded, Header, SessionState]:
         """The whole log of ``key``, decoded and folded (a bad line is a CorruptLogError)."""
-        data = self.read_bytes(key)
-        decoded = self._decode(key, data)
+        data = self._store.read_bytes(key)
+        decoded = self._store._decode(key, data)
         if decoded.bad is not None:
-            raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+            raise CorruptLogError(self._store._describe(key), decoded.bad.line, decoded.bad.reason)
         assert decoded.header is not None
         state = fold(decoded.header, decoded.events)
         state.head = decoded.head  # the last line's: a segment header is a link too
@@ -292,12 +197,14 @@ class ViewStorage(abc.ABC):
     ) -> SnapshotStatus | None:
         """An index snapshot (None: the session is sealed, erased or redacted; those keep
         format-2 snapshots, whose messages carry what the fold withheld)."""
-        restored = None if rebuild else self._restore(key, None)
+        restored = None if rebuild else self.restore(key, None)
         if restored is not None and isinstance(restored[0], IndexMeta):
             base = restored[0]
             _, tail, decoded, state = restored
             if decoded.bad is not None:
-                raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
+                raise CorruptLogError(
+                    self._store._describe(key), decoded.bad.line, decoded.bad.reason
+                )
             if not decoded.events:
                 return SnapshotStatus(key, "valid", base.seq)
             header = base.header
@@ -326,21 +233,15 @@ class ViewStorage(abc.ABC):
                 hash_key=self._hash_key,
             )
         except (SnapshotError, msgspec.EncodeError, OverflowError) as exc:
-            self.put_snapshot(key, None)
+            self._backend.put_snapshot(key, None)
             return SnapshotStatus(key, "missing", reason=f"state cannot be snapshotted: {exc}")
-        self.put_snapshot(key, blob)
-        self._snapshot_seqs()[key] = anchor.seq
+        self._backend.put_snapshot(key, blob)
+        self.seqs[key] = anchor.seq
         return SnapshotStatus(key, "valid", anchor.seq, written=True)
 
     # -- used by the store when opening and closing ---------------------------------------------
 
-    def _snapshot_seqs(self) -> dict[str, int]:
-        seqs: dict[str, int] | None = self.__dict__.get("_snapshot_seq_by_key")
-        if seqs is None:
-            seqs = self.__dict__.setdefault("_snapshot_seq_by_key", {})
-        return seqs
-
-    def _restore(
+    def restore(
         self,
         key: str,
         data: bytes | None,
@@ -355,12 +256,12 @@ class ViewStorage(abc.ABC):
         read. None means: no usable snapshot, read the log.
         """
         if snap is None:
-            snap = self._read_snapshot(key)
+            snap = self.read_snapshot(key)
             if snap is None:
                 return None
         if data is None:
             try:
-                _, tail = self.read_tail(key, snap.line_start)
+                _, tail = self._store.read_tail(key, snap.line_start)
             except SessionNotFoundError:
                 return None
         elif snap.line_start < base:
@@ -378,35 +279,35 @@ class ViewStorage(abc.ABC):
             restored = snap.state
         decoded = resume(snap, tail, self._hash_key)
         if isinstance(snap, Snapshot):
-            if not self._unseal_restored(key, snap, decoded):
+            if not self._store._unseal_restored(key, snap, decoded):
                 return None  # sealed with a key that is gone (erased): read the log
             restored = snap.state
         state = fold(snap.header, decoded.events, restored)
         state.head = decoded.head  # the last line's: a segment header is a link too
-        self._snapshot_seqs()[key] = snap.seq
+        self.seqs[key] = snap.seq
         return snap, tail, decoded, state
 
-    def _snapshot_on_close(self, writer: SessionWriter, state: SessionState | None = None) -> None:
+    def on_close(self, writer: WriteAPI[Any, Any], state: SessionState | None = None) -> None:
         """The close half of the snapshot policy; a failure only means no snapshot.
 
         Works on a copy of the writer's state (``state``, or one taken under the log's lock):
         the store's other handles of the session may go on appending while this one closes.
         """
-        base = self._snapshot_seqs().get(writer.key, 0)
-        if self.snapshot_every <= 0 or writer.state.seq - base < self.snapshot_every:
+        base = self.seqs.get(writer.key, 0)
+        if self._store.snapshot_every <= 0 or writer.state.seq - base < self._store.snapshot_every:
             return
-        if state is None:
-            with writer._lock:
+        if state is None:  # a sync writer (the async store passes its copy)
+            with cast("SessionWriter", writer)._lock:
                 state = writer.state.copy()
         with contextlib.suppress(EventLogError, OSError):
             if not self._extend_index(writer.key, state):
                 self.write_snapshot(writer.key)
 
-    def _settler(self, key: str) -> Callable[[SessionState], None] | None:
+    def settler(self, key: str) -> Callable[[SessionState], None] | None:
         """What a writer of ``key`` calls after each write (None: this store keeps no index)."""
-        if self._index_files(key) is None or self.settle_every <= 0:
+        if self._index_files(key) is None or self._store.settle_every <= 0:
             return None
-        return _Settler(self, key, self.settle_every)
+        return _Settler(self, key, self._store.settle_every)
 
     def _settle(self, key: str, state: SessionState) -> bool:
         """Index what a writer's ``state`` holds in memory, then read it from the index like
@@ -425,7 +326,7 @@ class ViewStorage(abc.ABC):
         try:
             # Not extended: another writer may have indexed up to this very state; use it then.
             self._extend_index(key, state)
-            meta = self._read_snapshot(key)
+            meta = self.read_snapshot(key)
             if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (state.seq, state.head):
                 return False
             opened = open_state(files, meta, self._hash_key)
@@ -438,7 +339,7 @@ class ViewStorage(abc.ABC):
             newer.inherit(older)
         state.messages = opened.messages
         state.ids = opened.ids
-        self._snapshot_seqs()[key] = meta.seq
+        self.seqs[key] = meta.seq
         return True
 
     def _extend_index(self, key: str, state: SessionState) -> bool:
@@ -456,15 +357,15 @@ class ViewStorage(abc.ABC):
             # state and its line checks against the log: it indexes a prefix of what the state
             # holds (one another handle wrote while closing may even be older than the one
             # the state opened from; the lines in between are then decoded).
-            stored = self._read_snapshot(key)
+            stored = self.read_snapshot(key)
             if not isinstance(stored, IndexMeta) or stored.seq > state.seq:
                 return False
             meta, since = stored, source.meta.records
-            _, tail = self.read_tail(key, meta.line_start)
+            _, tail = self._store.read_tail(key, meta.line_start)
             if check_anchor(meta, tail, self._hash_key) is not None:
                 return False
         elif source is None:
-            _, tail = self.read_tail(key, 0)
+            _, tail = self._store.read_tail(key, 0)
         else:
             return False
         try:
@@ -473,8 +374,8 @@ class ViewStorage(abc.ABC):
             return False
         if blob is None:
             return False
-        self.put_snapshot(key, blob)
-        self._snapshot_seqs()[key] = state.seq
+        self._backend.put_snapshot(key, blob)
+        self.seqs[key] = state.seq
         return True
 
 
@@ -483,7 +384,7 @@ class _Settler:
 
     __slots__ = ("_every", "_key", "_next", "_store", "_wait")
 
-    def __init__(self, store: ViewStorage, key: str, every: int) -> None:
+    def __init__(self, store: SnapshotViews, key: str, every: int) -> None:
         self._store = store
         self._key = key
         self._every = every

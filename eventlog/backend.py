@@ -1,9 +1,16 @@
-"""What the sibling packages need from a store's inside: log scans, view storage, catalog columns.
+"""What a backend implements, and what the sibling packages need from a store's inside.
 
-Applications use a store through :mod:`sessionledger.eventlog`. The catalog (projections),
-replay and the tools work a level below: they scan logs (:class:`LogStat`), keep derived views
-beside a log (:class:`ViewStorage`), read PostgreSQL's catalog columns (:class:`CatalogRecord`),
-give a writer its bytes (:class:`SessionIO`) and map keys to file stems. Files are read and made
+Applications use a store through :mod:`sessionledger.eventlog`. A new store backend subclasses
+:class:`Backend` (six abstract operations: open a log under its lock, read it, describe where it
+lives, quarantine cut bytes, list keys, remove) and hands it to :class:`BaseStore`; everything
+else (opening and folding, catching up with other writers, the lifecycle, snapshots) is written
+once above it. Optional parts: a :class:`TrashBin` (retention), snapshot bytes, and a
+:class:`CatalogSource` (how the catalog scans the logs; :class:`KeyScan` works for any backend).
+A log written by several store objects at once gives its writers a :class:`SharedIO`.
+
+The catalog (projections), replay and the tools work a level below the application API: they
+scan logs (:class:`LogStat`), read PostgreSQL's catalog columns (:class:`CatalogRecord`), give a
+writer its bytes (:class:`SessionIO`) and map keys to file stems. Files are read and made
 durable the store's one way (:func:`read_regular_file`: a whole file; :func:`read_range`: a
 range of an open one; :func:`fsync_dir`). :func:`peek_snapshot` reads the anchor a stored
 snapshot records without decoding its state. These names are public here, typed, and stable.
@@ -11,18 +18,31 @@ snapshot records without decoding its state. These names are public here, typed,
 
 from __future__ import annotations
 
+from ._backend import (
+    Backend,
+    CatalogSource,
+    CatchUp,
+    KeyScan,
+    LogStat,
+    SharedIO,
+    TrashBin,
+)
 from ._names import key_to_stem, stem_to_key
 from ._pg_common import CatalogRecord
 from ._safeio import fsync_dir, read_range, read_regular_file
 from ._snapshot import peek_snapshot
-from ._views import LogStat, ViewStorage
 from ._writer import SessionIO, new_event_id
 
 __all__ = (
+    "Backend",
     "CatalogRecord",
+    "CatalogSource",
+    "CatchUp",
+    "KeyScan",
     "LogStat",
     "SessionIO",
-    "ViewStorage",
+    "SharedIO",
+    "TrashBin",
     "fsync_dir",
     "key_to_stem",
     "new_event_id",

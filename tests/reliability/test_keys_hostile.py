@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sessionledger.eventlog import FileStore, InvalidEventError
-from sessionledger.eventlog._filestore import LOG_SUFFIX, QUARANTINE_SUFFIX, SNAPSHOT_SUFFIX
+from sessionledger.eventlog._filebackend import LOG_SUFFIX, QUARANTINE_SUFFIX, SNAPSHOT_SUFFIX
 from sessionledger.eventlog.backend import key_to_stem, stem_to_key
 
 SETTINGS = settings(max_examples=300, deadline=None)

@@ -19,10 +19,11 @@ from sessionledger.eventlog import (
     SessionState,
     StorageError,
     UnsafePathError,
+    _filebackend,
     _fileindex,
-    _filestore,
     _idindex,
     _indexsnap,
+    _safeio,
 )
 
 KEY = "telegram:42"
@@ -78,13 +79,13 @@ def test_writer_opens_from_the_snapshot_line(
     with store.session(KEY) as w:
         w.append_message("user", "after the snapshot")
     starts: list[int] = []
-    original = _filestore.FileStore._read_fd
+    original = _safeio.read_fd
 
     def spying(fd: int, offset: int = 0) -> bytes:
         starts.append(offset)
         return original(fd, offset)
 
-    monkeypatch.setattr(_filestore.FileStore, "_read_fd", staticmethod(spying))
+    monkeypatch.setattr(_filebackend, "read_fd", spying)
     again = FileStore(tmp_path / "s", durability="none")
     writer = again.session(KEY)
     assert starts and starts[0] > 0  # never byte 0
@@ -222,7 +223,7 @@ def test_exists_is_a_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     def no_reads(path: str) -> bytes:
         raise AssertionError("exists() read the log")
 
-    monkeypatch.setattr(_filestore, "read_file", no_reads)
+    monkeypatch.setattr(_filebackend, "read_whole", no_reads)
     assert store.exists(KEY) and not store.exists("other")
     os.symlink(store.path_for(KEY), store.path_for("link"))
     with pytest.raises(UnsafePathError):

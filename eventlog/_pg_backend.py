@@ -1,0 +1,207 @@
+"""The PostgreSQL store's backend: a session's log is its rows, read and removed by statements.
+
+The store (:class:`~eventlog._postgres.PostgresStore`) owns the connection pool and the group
+commit; this backend runs the few statements that differ from the other backends (read, list,
+remove, quarantine, the trash table, the snapshot and catalog tables) on the store's pool.
+Each is one statement on an autocommit connection, or one transaction where several must hold
+together (remove, trash).
+"""
+
+from __future__ import annotations
+
+import weakref
+from datetime import datetime
+from typing import TYPE_CHECKING, cast
+
+from ._backend import Backend, KeyScan, LogStat, TrashBin, TrashEntry
+from ._errors import InvalidEventError, SessionNotFoundError
+from ._indexsnap import IndexMeta
+from ._pg_common import run, tail_bytes
+from ._pg_io import _PgIO
+from ._snapshot import Snapshot, snapshot_seq
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresStore
+
+
+class _Raw:
+    __slots__ = ("created", "data", "io")
+
+    def __init__(self, io: _PgIO, created: bool) -> None:
+        self.io = io
+        self.data = b""
+        self.created = created
+
+
+class PgBackend(Backend):
+    """The statements of one :class:`PostgresStore` (held weakly: the store holds this)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = cast("PostgresStore", weakref.proxy(store))
+        self._trash = _PgTrash(self)
+        self._catalog = _PgCatalog(self)
+
+    def describe(self, key: str) -> str:
+        """The session and the database."""
+        return f"session {key!r} in {self._store._where}"
+
+    def open_raw(
+        self, key: str, create: bool, snap: Snapshot | IndexMeta | None = None
+    ) -> _Raw | None:
+        """An I/O over the session's rows (the store's own open reads them in one query)."""
+        if not create and not self.exists(key):
+            return None
+        return _Raw(_PgIO(self._store, key), create)
+
+    def read(self, key: str) -> bytes | None:
+        """Every line, in seq order."""
+        store = self._store
+        with store._reading("read") as conn:
+            return store._read_on(conn, key.encode())
+
+    def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
+        """The log's length and its bytes from ``offset`` on (only the rows from there)."""
+        store = self._store
+        with store._reading("read") as conn:
+            rows = run(
+                conn, store._sql.tail, {"k": key.encode(), "o": offset}, binary=True
+            ).fetchall()
+        if not rows:
+            raise SessionNotFoundError(key)
+        return tail_bytes(rows, offset)
+
+    def exists(self, key: str) -> bool:
+        """One indexed lookup of the session row."""
+        store = self._store
+        with store._reading("read") as conn:
+            return run(conn, store._sql.exists, (key.encode(),)).fetchone() is not None
+
+    def quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
+        """A row in the quarantine table."""
+        store = self._store
+        with store._reading("quarantine") as conn:
+            conn.execute(store._sql.quarantine, (key.encode(), reason, line, offset, data))
+        return f"quarantine table, {self.describe(key)}"
+
+    def list_keys(self) -> list[str]:
+        """Every session row's key."""
+        store = self._store
+        with store._reading("list") as conn:
+            return [bytes(r[0]).decode() for r in conn.execute(store._sql.keys, binary=True)]
+
+    def remove(self, key: str) -> bool:
+        """The session's rows and quarantine, in one transaction under the row lock."""
+        store, kb = self._store, key.encode()
+        with store._connection("delete") as conn:
+            conn.execute(store._sql.unquarantine, (kb,))
+            if conn.execute(store._sql.lock_only, (kb,)).fetchone() is None:
+                return False
+            conn.execute(store._sql.delete_events, (kb,))
+            return bool(conn.execute(store._sql.delete, (kb,)).rowcount > 0)
+
+    def trash(self) -> _PgTrash:
+        """The trash table."""
+        return self._trash
+
+    def snapshot_bytes(self, key: str) -> bytes | None:
+        """The session row's snapshot column."""
+        store = self._store
+        with store._reading("read snapshot") as conn:
+            row = conn.execute(store._sql.snapshot, (key.encode(),), binary=True).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_snapshot(self, key: str, data: bytes | None) -> None:
+        """Store (or remove) the snapshot, with the seq it was taken at."""
+        store = self._store
+        with store._reading("write snapshot") as conn:
+            if data is None:
+                conn.execute(store._sql.drop_snapshot, (key.encode(),))
+            else:
+                conn.execute(store._sql.put_snapshot, (data, snapshot_seq(data), key.encode()))
+
+    def catalog_source(self) -> _PgCatalog:
+        """The session rows as the generic catalog reads them."""
+        return self._catalog
+
+
+class _PgCatalog(KeyScan):
+    def __init__(self, backend: PgBackend) -> None:
+        super().__init__(backend)
+        self._store = backend._store
+
+    def scan_logs(self) -> list[LogStat]:
+        """Every session's log length (one query; ``ino`` changes when a key is recreated)."""
+        store = self._store
+        with store._reading("list") as conn:
+            rows = conn.execute(store._sql.scan, binary=True).fetchall()
+        return [
+            LogStat(
+                bytes(r[0]).decode(),
+                int(r[1]),
+                int.from_bytes(str(r[2]).encode()[:16].ljust(8, b"\0")[:8], "big") >> 1,
+                int(r[3].timestamp() * 1e9),
+            )
+            for r in rows
+        ]
+
+    def log_names(self) -> list[str]:
+        """Every session's key."""
+        return [st.name for st in self.scan_logs()]
+
+    def catalog_bytes(self) -> bytes | None:
+        """The stored catalog blob (the generic catalog's cache)."""
+        store = self._store
+        with store._reading("read catalog") as conn:
+            row = conn.execute(store._sql.catalog, binary=True).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_catalog(self, data: bytes) -> None:
+        """Store the catalog blob."""
+        store = self._store
+        with store._reading("write catalog") as conn:
+            conn.execute(store._sql.put_catalog, (data,))
+
+
+class _PgTrash(TrashBin):
+    def __init__(self, backend: PgBackend) -> None:
+        super().__init__()
+        self._store = backend._store
+
+    def put(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
+        """Copy the log into the trash table and remove the session, in one transaction."""
+        store, kb = self._store, key.encode()
+        with store._connection("trash") as conn:  # one transaction: in the store or in the trash
+            conn.execute(store._sql.lock_only, (kb,))
+            data = b"".join(bytes(r[0]) for r in conn.execute(store._sql.lines, (kb,), binary=True))
+            conn.execute(store._sql.trash, (kb, entry_id, when, reason, data))
+            conn.execute(store._sql.unquarantine, (kb,))
+            conn.execute(store._sql.delete_events, (kb,))
+            conn.execute(store._sql.delete, (kb,))
+        return f"{store._describe(key)} (trash {entry_id})"
+
+    def take_back(self, entry: TrashEntry) -> None:
+        """Import the trashed log under its key, then drop the entry."""
+        store = self._store
+        with store._connection("restore") as conn:
+            row = conn.execute(store._sql.trash_data, (entry.id,), binary=True).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"trash entry {entry.id}")
+        if store.import_bytes(entry.key, bytes(row[0])) == "clash":
+            raise InvalidEventError(f"cannot restore {entry.key!r}: a session with that key exists")
+        self.purge(entry)
+
+    def purge(self, entry: TrashEntry) -> None:
+        """Drop the entry's row."""
+        store = self._store
+        with store._reading("purge") as conn:
+            conn.execute(store._sql.trash_drop, (entry.id,))
+
+    def entries(self) -> list[TrashEntry]:
+        """Every row of the trash table."""
+        store = self._store
+        with store._reading("trash") as conn:
+            rows = conn.execute(store._sql.trash_list, binary=True).fetchall()
+        return [
+            TrashEntry(str(r[0]), bytes(r[1]).decode(), r[2], str(r[3]), f"{store._where} trash")
+            for r in rows
+        ]
