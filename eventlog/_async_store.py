@@ -40,7 +40,6 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ._async_writer import AsyncSessionLog, AsyncSessionWriter
-from ._changes import ChangeView
 from ._crypto import Keyring
 from ._errors import StoreClosedError
 from ._events import Event, Header
@@ -55,7 +54,7 @@ from ._store import BaseStore
 from ._store_types import CutReport, LoadedLog, OpenReport
 from ._tokens import TokenCounter
 from ._values import encode_checked
-from ._views import LogStat, SnapshotStatus
+from ._views import SnapshotStatus
 from ._writer import Durability
 
 _T = TypeVar("_T")
@@ -386,39 +385,6 @@ class AsyncBaseStore:
     async def put_snapshot(self, key: str, data: bytes | None) -> None:
         """Store (or with None, remove) the snapshot of ``key``, atomically."""
         await self._run(partial(self._sync.put_snapshot, key, data))
-
-    async def catalog_bytes(self) -> bytes | None:
-        """The stored session catalog (None: none kept)."""
-        return await self._run(self._sync.catalog_bytes)
-
-    async def put_catalog(self, data: bytes) -> None:
-        """Store the session catalog, atomically."""
-        await self._run(partial(self._sync.put_catalog, data))
-
-    async def scan_logs(self) -> list[LogStat]:
-        """Every log, as one directory scan sees it."""
-        return await self._run(self._sync.scan_logs)
-
-    async def log_names(self) -> list[str]:
-        """The names :meth:`scan_logs` gives."""
-        return await self._run(self._sync.log_names)
-
-    async def stat_log(self, name: str) -> LogStat | None:
-        """One log as :meth:`scan_logs` would see it."""
-        return await self._run(partial(self._sync.stat_log, name))
-
-    async def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
-        """A log named as :meth:`scan_logs` names it: its length and bytes from ``offset``."""
-        return await self._run(partial(self._sync.read_log, name, offset))
-
-    async def read_changes(self) -> ChangeView | None:
-        """A copy of the store's change table (None: none kept)."""
-        return await self._run(self._sync.read_changes)
-
-    @staticmethod
-    def log_slot(name: str) -> int:
-        """The change-table slot of a log named as :meth:`scan_logs` names it."""
-        return BaseStore.log_slot(name)
 
     # -- removal and shutdown ----------------------------------------------------------------
 

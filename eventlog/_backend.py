@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._fileindex import FileIndexFiles
     from ._indexsnap import IndexMeta
     from ._snapshot import Snapshot
+    from ._store import BaseStore
     from ._store_types import RawSession
 
 
@@ -278,3 +279,9 @@ class KeyScan:
     def put_catalog(self, data: bytes) -> None:
         """Keeps nothing."""
         return None
+
+
+def catalog_source(store: BaseStore) -> CatalogSource:
+    """How the session catalog reads ``store``'s logs (scans, stats, the change table, the
+    stored catalog). Not on the store itself: applications never need it."""
+    return store._backend.catalog_source()

@@ -31,8 +31,7 @@ from typing import Any, Self, cast
 
 import msgspec
 
-from ._backend import Backend, CatchUp, LogStat, SharedIO, TrashEntry
-from ._changes import ChangeView, slot_of
+from ._backend import Backend, CatchUp, SharedIO, TrashEntry
 from ._codec import ZERO_HASH, Decoded, TornTail, decode_log, encode_line, normalize_key
 from ._errors import (
     CorruptLogError,
@@ -367,41 +366,6 @@ class BaseStore(PrivacyOps):
     def put_snapshot(self, key: str, data: bytes | None) -> None:
         """Store (or with None, remove) the snapshot of ``key``, atomically."""
         self._backend.put_snapshot(check_key(key), data)
-
-    # -- the catalog's source (moving to eventlog.backend.catalog_source) ---------------------
-
-    def catalog_bytes(self) -> bytes | None:
-        """The stored session catalog (None: none kept)."""
-        return self._backend.catalog_source().catalog_bytes()
-
-    def put_catalog(self, data: bytes) -> None:
-        """Store the session catalog, atomically."""
-        self._backend.catalog_source().put_catalog(data)
-
-    def scan_logs(self) -> list[LogStat]:
-        """Every log, as one directory scan sees it."""
-        return self._backend.catalog_source().scan_logs()
-
-    def log_names(self) -> list[str]:
-        """The names :meth:`scan_logs` gives."""
-        return self._backend.catalog_source().log_names()
-
-    def stat_log(self, name: str) -> LogStat | None:
-        """One log as :meth:`scan_logs` would see it (None: there is no such log)."""
-        return self._backend.catalog_source().stat_log(name)
-
-    def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
-        """A log named as :meth:`scan_logs` names it: its length and bytes from ``offset``."""
-        return self._backend.catalog_source().read_log(name, offset)
-
-    def read_changes(self) -> ChangeView | None:
-        """A copy of the store's change table; None: none kept."""
-        return self._backend.catalog_source().read_changes()
-
-    @staticmethod
-    def log_slot(name: str) -> int:
-        """The change-table slot of a log named as :meth:`scan_logs` names it."""
-        return slot_of(name)
 
     # -- replay support (recover, repair, import, follow) ------------------------------------
 

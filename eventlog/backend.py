@@ -7,6 +7,8 @@ else (opening and folding, catching up with other writers, the lifecycle, snapsh
 once above it. Optional parts: a :class:`TrashBin` (retention), snapshot bytes, and a
 :class:`CatalogSource` (how the catalog scans the logs; :class:`KeyScan` works for any backend).
 A log written by several store objects at once gives its writers a :class:`SharedIO`.
+:func:`catalog_source` gives a store's catalog source (the catalog's way in; applications never
+need it, so it is not on the store).
 
 The catalog (projections), replay and the tools work a level below the application API: they
 scan logs (:class:`LogStat`), read PostgreSQL's catalog columns (:class:`CatalogRecord`), give a
@@ -26,6 +28,7 @@ from ._backend import (
     LogStat,
     SharedIO,
     TrashBin,
+    catalog_source,
 )
 from ._names import key_to_stem, stem_to_key
 from ._pg_common import CatalogRecord
@@ -43,6 +46,7 @@ __all__ = (
     "SessionIO",
     "SharedIO",
     "TrashBin",
+    "catalog_source",
     "fsync_dir",
     "key_to_stem",
     "new_event_id",

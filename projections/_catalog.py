@@ -41,7 +41,7 @@ from typing import Final, Literal
 import msgspec
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
-from sessionledger.eventlog.backend import LogStat
+from sessionledger.eventlog.backend import LogStat, catalog_source
 
 from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_catalog, replace_rows
 from ._catalog_log import name_for, read_entry
@@ -132,7 +132,7 @@ def catalog_conversations(
     ended = {}
     for key in wanted:
         name = name_for(store, key)
-        for entry in cat.bucket(store.log_slot(name)):
+        for entry in cat.bucket(catalog_source(store).log_slot(name)):
             if entry.name == name and entry.key == key:
                 ended[key] = entry.ended
     return rows, ended
@@ -150,7 +150,9 @@ def rebuild_catalog(store: BaseStore) -> int:
 
 def catalog_heads(store: BaseStore) -> dict[str, tuple[int, str]]:
     """key -> (seq, head) of every row of the STORED catalog, as stored (nothing refreshed)."""
-    return {r.key: (r.seq, r.head) for r in decode_rows(store.catalog_bytes()) if r.head}
+    return {
+        r.key: (r.seq, r.head) for r in decode_rows(catalog_source(store).catalog_bytes()) if r.head
+    }
 
 
 # -- selecting ------------------------------------------------------------------------------------
@@ -251,10 +253,11 @@ if hasattr(os, "register_at_fork"):
 
 def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
     cache = _cache_of(store)
+    source = catalog_source(store)
     with cache.lock:
         now = time.time_ns()
-        table = store.read_changes()  # copied BEFORE any stat: see the module rules
-        old = None if rebuild else cache.catalog or decode_catalog(store.catalog_bytes())
+        table = source.read_changes()  # copied BEFORE any stat: see the module rules
+        old = None if rebuild else cache.catalog or decode_catalog(source.catalog_bytes())
         cat = Catalog() if old is None else old
         full = True
         # (_apply may raise pending itself: never ``cat.pending += _scan...(...)``.)
@@ -283,7 +286,7 @@ def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
         cache.catalog = cat
         if old is None or cat.pending >= SAVE_AFTER or _file_behind(cat, full, now):
             try:
-                store.put_catalog(encode_catalog(cat))
+                source.put_catalog(encode_catalog(cat))
             except OSError:
                 pass  # a read-only store: the catalog is derived, the listing stands
             else:
@@ -312,7 +315,7 @@ def _scan_all(store: BaseStore, cat: Catalog, *, fresh: bool) -> int:
     """Stat every log (one scan); bring the changed ones up to date. Returns how many changed."""
     known = {} if fresh else cat.entries()
     todo: list[tuple[LogStat, Entry | None]] = []
-    for st in store.scan_logs():
+    for st in catalog_source(store).scan_logs():
         entry = known.pop(st.name, None)
         if entry is None or not _same(entry, st):
             todo.append((st, entry))
@@ -324,20 +327,21 @@ def _scan_changed(store: BaseStore, cat: Catalog, slots: list[int], membership: 
     todo: list[tuple[LogStat, Entry | None]] = []
     gone: list[Entry] = []
     seen: set[str] = set()
+    source = catalog_source(store)
     if membership != cat.membership:
-        names = set(store.log_names())
+        names = set(source.log_names())
         known = cat.entries()
         gone = [entry for name, entry in known.items() if name not in names]
         seen = {entry.name for entry in gone}
         for name in names.difference(known):
-            st = store.stat_log(name)
+            st = source.stat_log(name)
             if st is not None:
                 todo.append((st, None))
     for slot in slots:
         for entry in cat.bucket(slot):
             if entry.name in seen:
                 continue
-            st = store.stat_log(entry.name)
+            st = source.stat_log(entry.name)
             if st is None:
                 gone.append(entry)
             elif not _same(entry, st):
@@ -374,7 +378,7 @@ def _apply(
         if row is not None:
             rows.append(row.info)
     # Everything is read: now change the catalog (an error above leaves it as it was).
-    slot_of = store.log_slot
+    slot_of = catalog_source(store).log_slot
     dropped = {e.name for e in gone}
     dropped.update(e.name for _, e in todo if e is not None)
     added: dict[int, list[Entry]] = {}

@@ -25,7 +25,7 @@ from sessionledger.eventlog import (
     initial_state,
     verify_chain,
 )
-from sessionledger.eventlog.backend import LogStat
+from sessionledger.eventlog.backend import LogStat, catalog_source
 from sessionledger.eventlog.codec import ZERO_HASH, chain_hash, split_hash
 
 from ._catalog_file import Entry, entry_of
@@ -49,7 +49,7 @@ def read_entry(store: BaseStore, st: LogStat, row: Row | None) -> tuple[Entry, R
 def _advance(store: BaseStore, st: LogStat, row: Row) -> Row | None:
     if st.size < row.offset:
         return None
-    got = store.read_log(st.name, row.offset)
+    got = catalog_source(store).read_log(st.name, row.offset)
     if got is None:
         return None
     data = got[1]
@@ -61,7 +61,7 @@ def _advance(store: BaseStore, st: LogStat, row: Row) -> Row | None:
 
 
 def _read_whole(store: BaseStore, st: LogStat) -> tuple[Entry, Row | None] | None:
-    got = store.read_log(st.name, 0)
+    got = catalog_source(store).read_log(st.name, 0)
     if got is None:
         return None
     data = got[1]

@@ -23,6 +23,7 @@ from operator import attrgetter
 from typing import Final, Literal
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
+from sessionledger.eventlog.backend import catalog_source
 
 from ._catalog import CatalogFilter, _refresh, catalog_conversations
 from ._catalog_file import Catalog
@@ -160,7 +161,7 @@ def _newest_first(
 
 def _entry_ended(store: BaseStore, cat: Catalog, key: str) -> tuple[ConversationInfo, ...]:
     name = name_for(store, key)
-    for entry in cat.bucket(store.log_slot(name)):
+    for entry in cat.bucket(catalog_source(store).log_slot(name)):
         if entry.name == name and entry.key == key:
             return entry.ended
     return ()

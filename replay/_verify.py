@@ -25,6 +25,7 @@ from sessionledger.eventlog import (
     SessionNotFoundError,
     decode_log,
 )
+from sessionledger.eventlog.backend import catalog_source
 from sessionledger.eventlog.codec import Decoded, normalize_key
 
 from ._fastscan import scan
@@ -269,6 +270,6 @@ def _stray_logs(store: FileStore, keys: list[str]) -> list[Finding]:
             "not the log file of any session key of this store (a copy or a foreign file); "
             "left untouched",
         )
-        for name in sorted(store.log_names())
+        for name in sorted(catalog_source(store).log_names())
         if name not in own
     ]

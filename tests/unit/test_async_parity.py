@@ -22,7 +22,6 @@ from sessionledger.eventlog import (
 #: Not I/O: the same plain (sync) attribute or method on the async store.
 PLAIN = {
     "hash_key",
-    "log_slot",
     "max_open_files",
     "on_end",
     "open_files",

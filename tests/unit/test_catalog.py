@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sessionledger.eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
 from sessionledger.eventlog import _changes as changes
-from sessionledger.eventlog.backend import LogStat
+from sessionledger.eventlog.backend import LogStat, catalog_source
 from sessionledger.projections import (
     CatalogFilter,
     SessionID,
@@ -121,7 +121,7 @@ def test_deleting_the_catalog_gives_the_same_rows(kind: str, tmp_path: Path) -> 
     if isinstance(store, FileStore):
         os.unlink(store.root / ".catalog")
     else:
-        store.put_catalog(b"")
+        catalog_source(store).put_catalog(b"")
     assert list_sessions(store) == first
     assert rebuild_catalog(store) == 5
     assert list_sessions(store) == first == expected(store)
@@ -155,13 +155,14 @@ def test_only_the_appended_tail_is_read(tmp_path: Path) -> None:
                 w.append_message("user", f"m{j}")
     list_sessions(store)
     reads: list[tuple[str, int]] = []
-    original = store.read_log
+    source = catalog_source(store)
+    original = source.read_log
 
     def spy(name: str, offset: int = 0) -> tuple[int, bytes] | None:
         reads.append((name, offset))
         return original(name, offset)
 
-    store.read_log = spy  # type: ignore[method-assign]
+    source.read_log = spy  # type: ignore[method-assign]
     assert list_sessions(store) == expected(store)
     assert reads == []  # nothing changed: no log is read
     size = store.path_for("k1").stat().st_size
@@ -435,15 +436,18 @@ def test_rows_match_a_fold_through_the_change_table(
     rng = random.Random(11)
     keys = [f"bot:chan{i % 3}:{i}" for i in range(10)]
     scans: list[int] = []
-    scan = reader.scan_logs
+    source = catalog_source(reader)
+    scan = source.scan_logs
 
     def counted() -> list[LogStat]:
         scans.append(1)
         return scan()
 
-    reader.scan_logs = counted  # type: ignore[method-assign]
+    source.scan_logs = counted  # type: ignore[method-assign]
     list_sessions(reader)  # makes the table...
-    assert writer.read_changes() is not None  # ...and the writer maps it (else: settle time)
+    assert (
+        catalog_source(writer).read_changes() is not None
+    )  # ...and the writer maps it (else: settle time)
     for round_ in range(8):
         for key in rng.sample(keys, 3):
             with writer.session(key, metadata={"title": key} if round_ == 0 else None) as w:

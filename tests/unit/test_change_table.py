@@ -31,7 +31,7 @@ from sessionledger.eventlog._changes import (
     valid_table,
     view_of,
 )
-from sessionledger.eventlog.backend import LogStat
+from sessionledger.eventlog.backend import LogStat, catalog_source
 from sessionledger.projections import list_sessions, rebuild_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,7 +183,8 @@ class Spy:
     def __init__(self, store: FileStore) -> None:
         self.scans = self.listings = 0
         self.stats: list[str] = []
-        scan, names, stat = store.scan_logs, store.log_names, store.stat_log
+        source = catalog_source(store)
+        scan, names, stat = source.scan_logs, source.log_names, source.stat_log
 
         def scan_logs() -> list[LogStat]:
             self.scans += 1
@@ -197,9 +198,9 @@ class Spy:
             self.stats.append(name)
             return stat(name)
 
-        store.scan_logs = scan_logs  # type: ignore[method-assign]
-        store.log_names = log_names  # type: ignore[method-assign]
-        store.stat_log = stat_log  # type: ignore[method-assign]
+        source.scan_logs = scan_logs  # type: ignore[method-assign]
+        source.log_names = log_names  # type: ignore[method-assign]
+        source.stat_log = stat_log  # type: ignore[method-assign]
 
 
 def filled(root: Path, n: int = 6) -> FileStore:
@@ -372,7 +373,7 @@ def test_a_fresh_process_redoes_what_the_file_lags(settled: None, tmp_path: Path
 
 def test_stores_without_a_table_stat_everything() -> None:
     store = MemoryStore()
-    assert store.read_changes() is None
+    assert catalog_source(store).read_changes() is None
     with store.session("a:b:c") as w:
         w.append_message("user", "x")
     assert list_sessions(store) == expected(store)

@@ -1,0 +1,45 @@
+"""The stores' public methods are exactly the ones docs/store-api.md lists, store by store."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sessionledger.eventlog import BaseStore, FileStore, MemoryStore, PostgresStore
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "store-api.md"
+ROW = re.compile(r"^\| `([a-z_]+)` \|")
+
+
+def documented() -> dict[str, set[str]]:
+    sections: dict[str, set[str]] = {}
+    current = None
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip(), set())
+        elif current is not None and (match := ROW.match(line)):
+            current.add(match.group(1))
+    return sections
+
+
+def public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def test_every_store_has_the_documented_methods_and_no_others() -> None:
+    assert public(BaseStore) == documented()["Every store"]
+
+
+@pytest.mark.parametrize("cls", [FileStore, MemoryStore, PostgresStore], ids=lambda c: c.__name__)
+def test_each_store_adds_only_what_its_section_lists(cls: type) -> None:
+    docs = documented()
+    assert public(cls) - public(BaseStore) == docs[cls.__name__]
+    assert public(cls) >= public(BaseStore)
+
+
+def test_the_catalog_plumbing_is_not_on_the_store() -> None:
+    plumbing = {"scan_logs", "log_names", "stat_log", "read_log", "read_changes", "log_slot"}
+    for cls in (BaseStore, FileStore, MemoryStore, PostgresStore):
+        assert public(cls) & (plumbing | {"catalog_bytes", "put_catalog"}) == set()
