@@ -10,7 +10,7 @@ A new backend subclasses :class:`Backend` and implements its six abstract method
 defaults that keep nothing (no snapshots, no catalog cache, no trash) or derive what they need
 from those six, which is always correct, only slower. A log that other store objects write at
 the same time (another process, a peer) needs an I/O with :class:`SharedIO`'s methods, whose
-writes call :attr:`Backend.catch_up` under the log's lock.
+writes call :meth:`Backend.catch_up` under the log's lock. A backend belongs to one store.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from ._changes import ChangeView, slot_of
-from ._errors import SessionNotFoundError
+from ._errors import InvalidEventError, SessionNotFoundError, StoreClosedError
 from ._fold import SessionState
 from ._writer import SessionIO
 
@@ -146,15 +146,23 @@ class CatalogSource(Protocol):
         """Store the session catalog, atomically."""
 
 
-def _unbound_catch_up(key: str, io: SharedIO, state: SessionState, *, locked: bool) -> bool:
-    raise RuntimeError("this backend is not held by a store")
-
-
 class Backend(abc.ABC):
     """The operations that differ between stores; a store holds one and builds on it."""
 
-    #: Set by the store that holds this backend (see :class:`CatchUp`).
-    catch_up: CatchUp = _unbound_catch_up
+    _held_by: CatchUp | None = None
+
+    def attach(self, catch_up: CatchUp) -> None:
+        """Called once by the store that holds this backend, with that store's catch-up."""
+        if self._held_by is not None:
+            raise InvalidEventError(f"{type(self).__name__} already belongs to a store")
+        self._held_by = catch_up
+
+    def catch_up(self, key: str, io: SharedIO, state: SessionState, *, locked: bool) -> bool:
+        """Fold into ``state`` what other writers appended to ``key``'s log (see
+        :class:`CatchUp`): what a :class:`SharedIO` calls around each write."""
+        if self._held_by is None:
+            raise StoreClosedError(f"{type(self).__name__} is not held by a store")
+        return self._held_by(key, io, state, locked=locked)
 
     # -- what every backend implements ----------------------------------------------------
 

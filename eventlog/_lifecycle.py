@@ -99,7 +99,7 @@ class Lifecycle:
 
     def _trash_bin(self) -> TrashBin:
         if self._bin is None:
-            raise InvalidEventError(f"{type(self._store).__name__} has no trash")
+            raise InvalidEventError(f"{self._store.__class__.__name__} has no trash")
         return self._bin
 
     def _trash_lock(self) -> AbstractContextManager[object]:

@@ -121,7 +121,7 @@ class BaseStore(PrivacyOps):
         self.token_counter: TokenCounter = token_counter or estimate_tokens
         self.batch_window = batch_window
         self._backend = backend
-        backend.catch_up = _weak_catch_up(self)
+        backend.attach(_weak_catch_up(self))
         self._lifecycle = Lifecycle(self, backend.trash())
         self._views = SnapshotViews(self, backend)
         #: The session logs this store writes, by key (each shared by its writer handles).

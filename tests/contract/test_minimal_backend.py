@@ -3,7 +3,7 @@
 ``DictBackend`` keeps each session's log as a ``bytearray`` in a dict shared by every store made
 over the same ``tmp_path`` (as processes share a directory). It implements only what
 :class:`sessionledger.eventlog.backend.Backend` asks (six operations), a trash bin and snapshot
-bytes; its I/O takes one lock per write and calls :attr:`Backend.catch_up` under it, so two
+bytes; its I/O takes one lock per write and calls :meth:`Backend.catch_up` under it, so two
 store objects can write one session. Everything else (opening, catching up, the lifecycle,
 snapshots, the catalog) is the shared store's. It imports nothing private.
 """
@@ -18,10 +18,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import pytest
 from store_contract import KEY, StoreContract
 
 from sessionledger import projections
-from sessionledger.eventlog import BaseStore, SessionNotFoundError, SessionState, TrashEntry
+from sessionledger.eventlog import (
+    BaseStore,
+    InvalidEventError,
+    SessionNotFoundError,
+    SessionState,
+    StoreClosedError,
+    TrashEntry,
+)
 from sessionledger.eventlog.backend import Backend, SessionIO, TrashBin
 
 
@@ -187,7 +195,7 @@ class DictBackend(Backend):
             self.db.snapshots.pop(key, None)
             return self.db.logs.pop(key, None) is not None
 
-    def trash(self) -> DictTrash:
+    def trash(self) -> TrashBin | None:
         return self._trash
 
     def snapshot_bytes(self, key: str) -> bytes | None:
@@ -234,4 +242,31 @@ def test_lifecycle_trash_snapshots_and_catalog_come_with_the_protocol(tmp_path: 
     store.cleanup(timedelta(hours=1), now=later)
     assert store.purge_trash(now=datetime.now(UTC) + store.trash_ttl * 2) != []
     assert store.trash() == [] and store.keys() == []
+    store.close()
+
+
+class NoTrashBackend(DictBackend):
+    def trash(self) -> None:
+        return None
+
+
+def test_a_backend_without_a_trash_says_so_and_keeps_every_session(tmp_path: Path) -> None:
+    store = BaseStore(NoTrashBackend(_Db()), durability="none")
+    store.session(KEY).append_message("user", "stays")
+    later = store.state(KEY).updated_at + timedelta(days=1)
+    report = store.cleanup(timedelta(hours=1), now=later)
+    assert report.trashed == [] and report.problems[KEY] == "BaseStore has no trash"
+    assert store.exists(KEY) and store.trash() == [] and store.purge_trash(now=later) == []
+    with pytest.raises(InvalidEventError, match="no trash"):
+        store.restore("20260101T000000000000-00000000")
+    store.close()
+
+
+def test_a_backend_belongs_to_one_store(tmp_path: Path) -> None:
+    backend = DictBackend(_Db())
+    with pytest.raises(StoreClosedError, match="not held by a store"):
+        backend.catch_up(KEY, None, None, locked=True)  # type: ignore[arg-type]
+    store = BaseStore(backend)
+    with pytest.raises(InvalidEventError, match="already belongs"):
+        BaseStore(backend)
     store.close()
