@@ -31,6 +31,7 @@ from sessionledger.eventlog import (
 )
 from sessionledger.eventlog._codec import _decode_unknown, encode_line
 from sessionledger.eventlog._segments import next_header, parse_segment_name, segment_name
+from sessionledger.eventlog.backend import catalog_source
 from sessionledger.projections import history, list_sessions
 from sessionledger.tools.cli import main
 
@@ -289,7 +290,7 @@ def test_kill_9_at_every_step_of_a_roll(tmp_path: Path, step: str) -> None:
     assert before >= 1
     assert replay.verify(store).ok, replay.verify(store)
     live = os.stat(store.path_for(KEY)).st_ino
-    assert all(os.stat(p).st_ino != live for p in store._segment_paths(KEY))
+    assert all(os.stat(p).st_ino != live for p in store._files.segment_paths(KEY))
     store.compress_segments(KEY)  # never the live file, even through a crashed roll's link
     assert store.load(KEY, snapshot=False).state.seq == before
     _fill(store, 30, start=1000)  # writing on rolls again, past what the crash left
@@ -346,9 +347,9 @@ def test_the_catalog_follows_a_log_in_segments_without_rereading_it(
 
     store, root = rolled
     assert list_sessions(store)[0].messages == 60
-    st = store.stat_log(f"{STEM}.jsonl")
+    st = catalog_source(store).stat_log(f"{STEM}.jsonl")
     assert st is not None and st.size == len(store.read_bytes(KEY))
-    assert [s.size for s in store.scan_logs()] == [st.size]
+    assert [s.size for s in catalog_source(store).scan_logs()] == [st.size]
     wide = FileStore(root, durability="none", segment_bytes=1 << 20)  # no roll now
     _fill(wide, 2, start=60)
 
