@@ -2,9 +2,9 @@
 
 Applications use a store through :mod:`sessionledger.eventlog`. A new store backend subclasses
 :class:`Backend` (six abstract operations: open a log under its lock, read it, describe where it
-lives, quarantine cut bytes, list keys, remove) and hands it to :class:`BaseStore`; everything
-else (opening and folding, catching up with other writers, the lifecycle, snapshots) is written
-once above it. Optional parts: a :class:`TrashBin` (retention), snapshot bytes, and a
+lives, quarantine cut bytes, list keys, remove; an open gives a :class:`RawSession`) and hands
+it to :class:`BaseStore`; everything else (opening and folding, catching up with other writers,
+the lifecycle, snapshots) is written once above it. Optional parts: a :class:`TrashBin` (retention), snapshot bytes, and a
 :class:`CatalogSource` (how the catalog scans the logs; :class:`KeyScan` works for any backend).
 A log written by several store objects at once gives its writers a :class:`SharedIO`.
 :func:`catalog_source` gives a store's catalog source (the catalog's way in; applications never
@@ -34,6 +34,7 @@ from ._names import key_to_stem, stem_to_key
 from ._pg_common import CatalogRecord
 from ._safeio import fsync_dir, read_range, read_regular_file
 from ._snapshot import peek_snapshot
+from ._store_types import RawSession
 from ._writer import SessionIO, new_event_id
 
 __all__ = (
@@ -43,6 +44,7 @@ __all__ = (
     "CatchUp",
     "KeyScan",
     "LogStat",
+    "RawSession",
     "SessionIO",
     "SharedIO",
     "TrashBin",

@@ -30,7 +30,7 @@ from sessionledger.eventlog import (
     StoreClosedError,
     TrashEntry,
 )
-from sessionledger.eventlog.backend import Backend, SessionIO, TrashBin
+from sessionledger.eventlog.backend import Backend, RawSession, SessionIO, TrashBin
 
 
 class _Db:
@@ -159,7 +159,7 @@ class DictBackend(Backend):
         self.db = db
         self._trash = DictTrash(db)
 
-    def open_raw(self, key: str, create: bool, snap: object = None) -> _Raw | None:
+    def open_raw(self, key: str, create: bool, snap: object = None) -> RawSession | None:
         self.db.lock.acquire()
         log = self.db.logs.get(key)
         if log is None and not create:
