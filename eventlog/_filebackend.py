@@ -230,7 +230,8 @@ class FileBackend(Backend):
             os.close(fd)
 
     def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
-        """The log's length and its bytes from ``offset`` on, read with one ``pread``."""
+        """The whole log's length and its bytes from ``offset`` on (through its closed segments
+        when it has some)."""
         path = str(self.path_for(key))
         try:
             fd = open_nofollow(path, READ_FLAGS)
