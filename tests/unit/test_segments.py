@@ -130,6 +130,26 @@ def test_a_writer_and_a_roll_that_ends_the_log_keep_the_head(tmp_path: Path) -> 
     assert replay.verify(store).ok
 
 
+def test_an_index_snapshot_taken_before_the_log_rolled_still_verifies(tmp_path: Path) -> None:
+    one = FileStore(tmp_path, segment_bytes=0, durability="none")
+    w = one.session("k")
+    for i in range(50):
+        w.append_message("user", f"before {i} " + "x" * 40)
+    assert one.write_snapshot("k").written  # an index snapshot of a log in one file
+    one.close()
+    many = FileStore(tmp_path, segment_bytes=2_000, durability="none")
+    w = many.session("k")
+    for i in range(50):
+        w.append_message("user", f"after {i} " + "x" * 40)
+    many.close()
+    reopened = FileStore(tmp_path, segment_bytes=2_000, durability="none")
+    assert sorted(tmp_path.glob("k.*.seg"))  # the log did go on in segments
+    report = replay.verify(reopened)
+    assert report.ok, [p.what for s in report.sessions for p in s.problems]
+    assert reopened.snapshot_status("k").health == "valid"
+    assert len(history(reopened.state("k"), max_messages=500)) == 100
+
+
 def test_a_version_1_reader_refuses_both_halves(rolled: tuple[FileStore, Path]) -> None:
     _, root = rolled
     live = (root / f"{STEM}.jsonl").read_bytes()
