@@ -6,6 +6,8 @@ Rules:
   lowercase hex digits. So ``a:b`` is ``a_3ab`` and ``a_b`` is ``a_5fb``: different files; keys
   differing only in case differ in name, which matters on case-insensitive filesystems; and no
   name contains a separator, a dot or starts with one (``..`` cannot escape the store).
+- Key structure is read here once (:func:`split_key`): ``agent:channel:peer[:thread]``, or
+  nanobot's ``channel:peer``; the catalog's filters, search and PostgreSQL's columns read it so.
 - Names longer than :data:`MAX_STEM` keep a readable prefix and end in ``~`` and a 32-hex blake2b
   of the key: still unique, no longer reversible; the log's header carries the true key anyway.
 """
@@ -74,3 +76,17 @@ def stem_to_key(stem: str) -> str | None:
     except UnicodeDecodeError:
         return None
     return key if key and key_to_stem(key) == stem else None
+
+
+def split_key(key: str) -> tuple[str, str, str, str | None] | None:
+    """(agent, channel, peer, thread) of a structured key; None when it has no structure.
+
+    ``agent:channel:peer[:thread]`` (the thread may itself hold ``:``), or nanobot's
+    ``channel:peer`` (agent ``""``, no thread); fewer than two parts or an empty part: None.
+    """
+    parts = key.split(":", 3)
+    if len(parts) < 2 or not all(parts):
+        return None
+    if len(parts) == 2:
+        return "", parts[0], parts[1], None
+    return parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else None

@@ -25,6 +25,7 @@ import msgspec
 
 from ._errors import EventLogError, StorageError
 from ._fold import EndedConversation, SessionState
+from ._names import split_key
 from ._pg_schema import channel_name
 from ._preview import PREVIEW_MESSAGES, USER_PREVIEW, preview_candidates, preview_with_role
 
@@ -51,17 +52,10 @@ def event_row(line: bytes) -> tuple[int, str, str]:
 
 
 def key_parts(key: str) -> tuple[str | None, str | None, str | None]:
-    """(agent, channel, peer) of a structured key, as ``projections.SessionID.from_key`` reads it.
-
-    ``agent:channel:peer[:thread]``, or ``channel:peer`` (agent ``""``); a key with fewer than
-    two parts or an empty part has none (None, None, None).
-    """
-    parts = key.split(":", 3)
-    if len(parts) < 2 or not all(parts):
-        return None, None, None
-    if len(parts) == 2:
-        return "", parts[0], parts[1]
-    return parts[0], parts[1], parts[2]
+    """(agent, channel, peer) of a structured key as :func:`split_key` reads it (the catalog
+    table's columns); (None, None, None) for a key with no structure."""
+    parts = split_key(key)
+    return (None, None, None) if parts is None else parts[:3]
 
 
 class CatalogRecord(msgspec.Struct, frozen=True, kw_only=True):

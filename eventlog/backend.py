@@ -12,7 +12,8 @@ need it, so it is not on the store).
 
 The catalog (projections), replay and the tools work a level below the application API: they
 scan logs (:class:`LogStat`), read PostgreSQL's catalog columns (:class:`CatalogRecord`), give a
-writer its bytes (:class:`SessionIO`) and map keys to file stems. Files are read and made
+writer its bytes (:class:`SessionIO`), map keys to file stems and read a key's structure
+(:func:`split_key`). Files are read and made
 durable the store's one way (:func:`read_regular_file`: a whole file; :func:`read_range`: a
 range of an open one; :func:`fsync_dir`). :func:`peek_snapshot` reads the anchor a stored
 snapshot records without decoding its state. These names are public here, typed, and stable.
@@ -30,7 +31,7 @@ from ._backend import (
     TrashBin,
     catalog_source,
 )
-from ._names import key_to_stem, stem_to_key
+from ._names import key_to_stem, split_key, stem_to_key
 from ._pg_common import CatalogRecord
 from ._safeio import fsync_dir, read_range, read_regular_file
 from ._snapshot import peek_snapshot
@@ -55,5 +56,6 @@ __all__ = (
     "peek_snapshot",
     "read_range",
     "read_regular_file",
+    "split_key",
     "stem_to_key",
 )

@@ -41,7 +41,7 @@ from typing import Final, Literal
 import msgspec
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
-from sessionledger.eventlog.backend import LogStat, catalog_source
+from sessionledger.eventlog.backend import LogStat, catalog_source, split_key
 
 from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_catalog, replace_rows
 from ._catalog_log import name_for, read_entry
@@ -201,13 +201,10 @@ def _tests(query: CatalogFilter) -> list[Callable[[SessionInfo], bool]]:
 
 def _parts_match(key: str, agent: str | None, channel: str | None, peer: str | None) -> bool:
     """Whether a key's parts match, read as :meth:`SessionID.from_key` reads them."""
-    parts = key.split(":", 3)
-    if len(parts) < 2 or not all(parts):
-        return False
-    if len(parts) == 2:
-        parts = ["", *parts]
+    parts = split_key(key)
     return (
-        (agent is None or parts[0] == agent)
+        parts is not None
+        and (agent is None or parts[0] == agent)
         and (channel is None or parts[1] == channel)
         and (peer is None or parts[2] == peer)
     )

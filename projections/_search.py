@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol
 
@@ -33,11 +33,14 @@ import msgspec
 from sessionledger.eventlog import (
     BaseStore,
     Cleared,
+    FileStore,
     InvalidEventError,
     MessageAppended,
+    PostgresStore,
     SessionNotFoundError,
     portable,
 )
+from sessionledger.eventlog.backend import split_key
 from sessionledger.eventlog.codec import LineDecoder
 from sessionledger.eventlog.preview import content_text
 
@@ -101,6 +104,39 @@ class SearchQuery(msgspec.Struct, frozen=True, kw_only=True):
 
 #: (key, mark read before, new mark, docs, read from the start).
 Update = tuple[str, "Mark | None", Mark, list[Doc], bool]
+
+encode_mark = msgspec.msgpack.Encoder().encode
+decode_mark = msgspec.msgpack.Decoder(Mark).decode
+
+FilterName = Literal["prefix", "channel", "role", "since", "until"]
+
+
+def filters(query: SearchQuery) -> list[tuple[FilterName, str | datetime]]:
+    """The filters ``query`` sets besides its words (each backend says them in its SQL)."""
+    named: tuple[tuple[FilterName, str | datetime | None], ...] = (
+        ("prefix", query.prefix or None),
+        ("channel", query.channel),
+        ("role", query.role),
+        ("since", query.since),
+        ("until", query.until),
+    )
+    return [(name, value) for name, value in named if value is not None]
+
+
+def still_current(
+    updates: list[Update], mark_now: Callable[[str], Mark | None]
+) -> Iterator[Update]:
+    """The updates whose session is indexed as far as when they were read; the others were
+    caught up meanwhile by another process (called inside the backend's write transaction)."""
+    for update in updates:
+        if mark_now(update[0]) == update[1]:
+            yield update
+
+
+def channel_of(key: str) -> str | None:
+    """The channel part of a structured key, as :class:`SessionID` reads it (None: none)."""
+    parts = split_key(key)
+    return None if parts is None else parts[1]
 
 
 class Backend(Protocol):
@@ -237,16 +273,20 @@ def _backend(store: BaseStore) -> Backend:
     with _lock:
         got = _backends.get(store)
         if got is None:
-            if hasattr(store, "query_catalog_records") and hasattr(store, "target"):
-                from ._search_pg import PgBackend
-
-                got = PgBackend(store)
-            else:
-                from ._search_sqlite import SqliteBackend
-
-                got = SqliteBackend(store)
-            _backends[store] = got
+            got = _backends[store] = _new_backend(store)
         return got
+
+
+def _new_backend(store: BaseStore) -> Backend:
+    """PostgreSQL's own full text search for a PostgreSQL store; else SQLite FTS5, in a file
+    beside a file store's logs, in memory for any other store."""
+    if isinstance(store, PostgresStore):
+        from ._search_pg import PgBackend
+
+        return PgBackend(store)
+    from ._search_sqlite import FILE_NAME, SqliteBackend
+
+    return SqliteBackend(store.root / FILE_NAME if isinstance(store, FileStore) else None)
 
 
 def _batches(items: list[str]) -> Iterator[list[str]]:

@@ -19,12 +19,21 @@ import weakref
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
+from sessionledger.eventlog import BaseStore, PostgresStore, StorageError
 
-from sessionledger.eventlog import BaseStore, StorageError
-
-from ._search import RELEVANCE_WINDOW, Mark, SearchHit, SearchQuery, Update
-from ._search_sqlite import channel_of
+from ._search import (
+    RELEVANCE_WINDOW,
+    FilterName,
+    Mark,
+    SearchHit,
+    SearchQuery,
+    Update,
+    channel_of,
+    decode_mark,
+    encode_mark,
+    filters,
+    still_current,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -39,8 +48,13 @@ _SCHEMA: Final = (
     # Newest first: a common word's newest matches are read in time order and the scan stops.
     "CREATE INDEX IF NOT EXISTS search_docs_ts ON {s}.search_docs (ts DESC)",
 )
-_encode = msgspec.msgpack.Encoder().encode
-_decode_mark = msgspec.msgpack.Decoder(Mark).decode
+_FILTERS: Final[dict[FilterName, str]] = {
+    "prefix": "key >= %s AND key < %s",
+    "channel": "channel = %s",
+    "role": "role = %s",
+    "since": "ts >= %s",
+    "until": "ts < %s",
+}
 
 
 def _close(conn: psycopg.Connection[tuple[Any, ...]], pid: int) -> None:
@@ -55,9 +69,9 @@ def _text(value: str) -> str:
 class PgBackend:
     """A search index in PostgreSQL full text search (see the module rules)."""
 
-    def __init__(self, store: BaseStore) -> None:
-        self._target: Any = getattr(store, "target")  # noqa: B009
-        self._schema: str = self._target.schema
+    def __init__(self, store: PostgresStore) -> None:
+        self._target = store.target
+        self._schema = self._target.schema
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._pid = 0
@@ -121,13 +135,15 @@ class PgBackend:
             try:
                 conn = self._db()
                 with conn.transaction():
-                    row = conn.execute(
-                        self._q("SELECT mark FROM {s}.search_marks WHERE key = %s"),
-                        (key.encode(),),
-                    ).fetchone()
+                    return self._mark(conn, key)
             except Exception as exc:
                 raise self._fail("read the search index", exc) from exc
-        return None if row is None else _decode_mark(bytes(row[0]))
+
+    def _mark(self, conn: psycopg.Connection[tuple[Any, ...]], key: str) -> Mark | None:
+        row = conn.execute(
+            self._q("SELECT mark FROM {s}.search_marks WHERE key = %s"), (key.encode(),)
+        ).fetchone()
+        return None if row is None else decode_mark(bytes(row[0]))
 
     def write(self, updates: list[Update]) -> None:
         if not updates:
@@ -140,14 +156,9 @@ class PgBackend:
                         "SELECT pg_advisory_xact_lock(hashtext(%s))",
                         (f"sessionlog-search:{self._schema}",),
                     )
-                    for key, before, after, docs, fresh in updates:
+                    current = still_current(updates, lambda key: self._mark(conn, key))
+                    for key, _, after, docs, fresh in current:
                         kb = key.encode()
-                        row = conn.execute(
-                            self._q("SELECT mark FROM {s}.search_marks WHERE key = %s"), (kb,)
-                        ).fetchone()
-                        now = None if row is None else _decode_mark(bytes(row[0]))
-                        if now != before:
-                            continue
                         if fresh:
                             conn.execute(
                                 self._q("DELETE FROM {s}.search_docs WHERE key = %s"), (kb,)
@@ -178,7 +189,7 @@ class PgBackend:
                                 "VALUES (%s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET "
                                 "seq = excluded.seq, head = excluded.head, mark = excluded.mark"
                             ),
-                            (kb, after.seq, after.head, _encode(after)),
+                            (kb, after.seq, after.head, encode_mark(after)),
                         )
             except Exception as exc:
                 raise self._fail("update the search index", exc) from exc
@@ -201,22 +212,12 @@ class PgBackend:
     def query(self, query: SearchQuery) -> list[SearchHit]:
         where = ["tsv @@ q"]
         params: list[Any] = [" ".join(query.words)]
-        if query.prefix:
-            prefix = query.prefix.encode()
-            where.append("key >= %s AND key < %s")
-            params += [prefix, prefix + b"\xff"]
-        if query.channel is not None:
-            where.append("channel = %s")
-            params.append(query.channel)
-        if query.role is not None:
-            where.append("role = %s")
-            params.append(query.role)
-        if query.since is not None:
-            where.append("ts >= %s")
-            params.append(query.since)
-        if query.until is not None:
-            where.append("ts < %s")
-            params.append(query.until)
+        for name, value in filters(query):
+            where.append(_FILTERS[name])
+            if isinstance(value, str) and name == "prefix":
+                params += [value.encode(), value.encode() + b"\xff"]  # no UTF-8 byte is 0xff
+            else:
+                params.append(value)
         params += [RELEVANCE_WINDOW if query.order == "relevance" else query.limit, query.limit]
         # The newest matches first (bounded), then ranked when asked: bounded time at any size.
         sql = (

@@ -23,12 +23,23 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
-
 from sessionledger.eventlog import BaseStore, StorageError
 
 from ._catalog import catalog_rows
-from ._search import RELEVANCE_WINDOW, Doc, Mark, SearchHit, SearchQuery, Update
+from ._search import (
+    RELEVANCE_WINDOW,
+    Doc,
+    FilterName,
+    Mark,
+    SearchHit,
+    SearchQuery,
+    Update,
+    channel_of,
+    decode_mark,
+    encode_mark,
+    filters,
+    still_current,
+)
 
 FILE_NAME: Final = ".search.sqlite3"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -41,16 +52,13 @@ _SCHEMA: Final = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(text, "
     "tokenize='unicode61 remove_diacritics 2')",
 )
-_encode = msgspec.msgpack.Encoder().encode
-_decode_mark = msgspec.msgpack.Decoder(Mark).decode
-
-
-def channel_of(key: str) -> str | None:
-    """The channel part of a structured key, as :class:`SessionID` reads it (None: none)."""
-    parts = key.split(":", 3)
-    if len(parts) < 2 or not all(parts):
-        return None
-    return parts[0] if len(parts) == 2 else parts[1]
+_FILTERS: Final[dict[FilterName, str]] = {
+    "prefix": "substr(d.key, 1, ?) = ?",
+    "channel": "d.channel = ?",
+    "role": "d.role = ?",
+    "since": "d.ts >= ?",
+    "until": "d.ts < ?",
+}
 
 
 def _doc_time(item: tuple[str, Doc]) -> datetime:
@@ -64,9 +72,9 @@ def _micros(ts: datetime) -> int:
 class SqliteBackend:
     """A search index in SQLite FTS5 (see the module rules)."""
 
-    def __init__(self, store: BaseStore) -> None:
-        root = getattr(store, "root", None)
-        self._path: Path | None = None if root is None else Path(root) / FILE_NAME
+    def __init__(self, path: Path | None) -> None:
+        """An index in the file at ``path`` (None: in memory)."""
+        self._path = path
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._ident: tuple[int, int, int] | None = None
@@ -139,15 +147,19 @@ class SqliteBackend:
         if self._known is None:
             known: dict[str, tuple[int, str]] = {}
             for key, blob in db.execute("SELECT key, mark FROM marks"):
-                mark = _decode_mark(blob)
+                mark = decode_mark(blob)
                 known[key] = (mark.seq, mark.head)
             self._known = known
         return self._known
 
     def mark(self, key: str) -> Mark | None:
         with self._lock:
-            row = self._db().execute("SELECT mark FROM marks WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _decode_mark(row[0])
+            return self._mark(self._db(), key)
+
+    @staticmethod
+    def _mark(db: sqlite3.Connection, key: str) -> Mark | None:
+        row = db.execute("SELECT mark FROM marks WHERE key = ?", (key,)).fetchone()
+        return None if row is None else decode_mark(row[0])
 
     def write(self, updates: list[Update]) -> None:
         if not updates:
@@ -158,17 +170,15 @@ class SqliteBackend:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 todo: list[tuple[str, Doc]] = []
-                for key, before, after, docs, fresh in updates:
-                    row = db.execute("SELECT mark FROM marks WHERE key = ?", (key,)).fetchone()
-                    now = None if row is None else _decode_mark(row[0])
-                    if now != before:
-                        continue  # another process caught this session up meanwhile
+                for key, _, after, docs, fresh in still_current(
+                    updates, lambda key: self._mark(db, key)
+                ):
                     if fresh:
                         self._delete(db, key)
                     todo.extend((key, doc) for doc in docs)
                     db.execute(
                         "INSERT OR REPLACE INTO marks (key, mark) VALUES (?, ?)",
-                        (key, _encode(after)),
+                        (key, encode_mark(after)),
                     )
                 # In time order, so that rowid order is (about) time order: "recent" and the
                 # relevance window read the newest matches by rowid, which costs nothing.
@@ -224,21 +234,12 @@ class SqliteBackend:
         match = " ".join('"' + w.replace('"', '""') + '"' for w in query.words)
         where = ["fts MATCH ?"]
         params: list[Any] = [match]
-        if query.prefix:
-            where.append("substr(d.key, 1, ?) = ?")
-            params += [len(query.prefix), query.prefix]
-        if query.channel is not None:
-            where.append("d.channel = ?")
-            params.append(query.channel)
-        if query.role is not None:
-            where.append("d.role = ?")
-            params.append(query.role)
-        if query.since is not None:
-            where.append("d.ts >= ?")
-            params.append(_micros(query.since))
-        if query.until is not None:
-            where.append("d.ts < ?")
-            params.append(_micros(query.until))
+        for name, value in filters(query):
+            where.append(_FILTERS[name])
+            if isinstance(value, datetime):
+                params.append(_micros(value))
+            else:
+                params += [len(value), value] if name == "prefix" else [value]
         cond = " AND ".join(where)
         base = "FROM fts JOIN docs d ON d.id = fts.rowid WHERE " + cond
         order = "fts.rowid DESC" if query.order == "recent" else "bm25(fts)"

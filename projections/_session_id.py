@@ -6,6 +6,7 @@ Rules:
 - :meth:`SessionID.from_key` is lenient, for filtering keys written by other conventions: a
   two-part key is nanobot's ``channel:chat_id`` (agent empty, peer the chat id); a key with no
   ``:`` or an empty part has no structure (None). It never raises.
+- Both read keys with ``eventlog.backend.split_key``, the one reading of key structure.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import msgspec
 
 from sessionledger.eventlog import InvalidEventError, portable
+from sessionledger.eventlog.backend import split_key
 
 
 @portable()
@@ -29,32 +31,22 @@ class SessionID(msgspec.Struct, frozen=True, kw_only=True):
         """Parse ``agent:channel:peer[:thread]``; raise :class:`InvalidEventError` otherwise."""
         if not isinstance(key, str):
             raise InvalidEventError(f"session id must be a str, not {type(key).__name__}")
-        parts = key.split(":", 3)
-        if len(parts) < 3 or not all(parts):
+        parts = split_key(key)
+        if parts is None or not parts[0]:
             raise InvalidEventError(
                 f"session id {key!r} is not agent:channel:peer[:thread] with no empty part"
             )
-        return cls(
-            agent=parts[0],
-            channel=parts[1],
-            peer=parts[2],
-            thread=parts[3] if len(parts) == 4 else None,
-        )
+        agent, channel, peer, thread = parts
+        return cls(agent=agent, channel=channel, peer=peer, thread=thread)
 
     @classmethod
     def from_key(cls, key: str) -> SessionID | None:
         """The structure of any key: ``channel:peer`` or the strict form; None if it has none."""
-        parts = key.split(":", 3)
-        if len(parts) < 2 or not all(parts):
+        parts = split_key(key)
+        if parts is None:
             return None
-        if len(parts) == 2:
-            return cls(channel=parts[0], peer=parts[1])
-        return cls(
-            agent=parts[0],
-            channel=parts[1],
-            peer=parts[2],
-            thread=parts[3] if len(parts) == 4 else None,
-        )
+        agent, channel, peer, thread = parts
+        return cls(agent=agent, channel=channel, peer=peer, thread=thread)
 
     def __str__(self) -> str:
         parts = [self.agent] if self.agent else []
