@@ -13,13 +13,15 @@ need it, so it is not on the store).
 The catalog (projections), replay and the tools work a level below the application API: they
 scan logs (:class:`LogStat`), read PostgreSQL's catalog columns (:class:`CatalogRecord`), give a
 writer its bytes (:class:`SessionIO`), map keys to file stems and read a key's structure
-(:func:`split_key`). Files are read and made
+(:func:`split_key`), and say where a log lives (:func:`log_location`). Files are read and made
 durable the store's one way (:func:`read_regular_file`: a whole file; :func:`read_range`: a
 range of an open one; :func:`fsync_dir`). :func:`peek_snapshot` reads the anchor a stored
 snapshot records without decoding its state. These names are public here, typed, and stable.
 """
 
 from __future__ import annotations
+
+import typing
 
 from ._backend import (
     Backend,
@@ -38,6 +40,9 @@ from ._snapshot import peek_snapshot
 from ._store_types import RawSession
 from ._writer import SessionIO, new_event_id
 
+if typing.TYPE_CHECKING:
+    from ._store import BaseStore
+
 __all__ = (
     "Backend",
     "CatalogRecord",
@@ -52,6 +57,7 @@ __all__ = (
     "catalog_source",
     "fsync_dir",
     "key_to_stem",
+    "log_location",
     "new_event_id",
     "peek_snapshot",
     "read_range",
@@ -59,3 +65,9 @@ __all__ = (
     "split_key",
     "stem_to_key",
 )
+
+
+def log_location(store: BaseStore, key: str) -> str:
+    """Where ``key``'s log lives, as the store's own errors name it (a file's path, a session
+    in a database, ``memory:<key>``)."""
+    return store._describe(key)

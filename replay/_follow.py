@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import NamedTuple, Protocol, Self, runtime_checkable
 
 import anyio
 import anyio.to_thread
 
-from sessionledger.eventlog import BaseStore, CorruptLogError, Event, Header, InvalidEventError
+from sessionledger.eventlog import (
+    BaseStore,
+    CorruptLogError,
+    Event,
+    Header,
+    InvalidEventError,
+    PostgresStore,
+)
 from sessionledger.eventlog.codec import ZERO_HASH, LineDecoder
 
 from ._views import where
@@ -104,8 +111,9 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
         self.poll = poll
         self.max_poll = max_poll
         self.idle_timeout = idle_timeout
-        make: Callable[[str], Waker] | None = getattr(store, "follow_waker", None)
-        self._waker: Waker = waker or (make(key) if make is not None else PollingWaker())
+        if waker is None:
+            waker = store.follow_waker(key) if isinstance(store, PostgresStore) else PollingWaker()
+        self._waker: Waker = waker
         self._path = where(store, key)
         self._pending: deque[Event] = deque()
         self.header: Header | None = None

@@ -8,7 +8,6 @@ evidence that whole lines went missing).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sessionledger import projections
@@ -17,8 +16,7 @@ from sessionledger.eventlog import BaseStore, EventLogError, backend
 
 def where(store: BaseStore, key: str) -> str:
     """Where ``key``'s log lives, for messages (a file path for the file store)."""
-    describe: Callable[[str], str] | None = getattr(store, "_describe", None)
-    return describe(key) if describe is not None else key
+    return backend.log_location(store, key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,18 +11,18 @@ import json
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column
 from rich.text import Text
 
 from sessionledger import replay
-from sessionledger.eventlog import BaseStore
 
 from ._common import (
-    CliError,
     Command,
     cut,
     human_bytes,
     make_console,
+    make_table,
+    need_session,
     open_store,
     parse_point,
     print_json,
@@ -44,11 +44,6 @@ def progress_bar(total: int, what: str) -> Progress:
     )
 
 
-def _need_session(store: BaseStore, key: str) -> None:
-    if not store.exists(key):
-        raise CliError(f"no session {key!r} in the store (see: sessionledger ls)")
-
-
 # -- verify ------------------------------------------------------------------------------------
 
 
@@ -60,7 +55,7 @@ def _verify(args: argparse.Namespace) -> int:
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     keys = [args.key] if args.key else store.keys()
     if args.key:
-        _need_session(store, args.key)
+        need_session(store, args.key)
     report = replay.VerifyReport()
     with progress_bar(len(keys), "verifying") as bar:
         task = bar.add_task("verify", total=len(keys))
@@ -83,11 +78,12 @@ def _verify(args: argparse.Namespace) -> int:
         )
         return 0 if report.ok else 1
     console = make_console()
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    table.add_column("session", overflow="fold")
-    table.add_column("seq", justify="right")
-    table.add_column("size", justify="right")
-    table.add_column("result", overflow="fold")
+    table = make_table(
+        Column("session", overflow="fold"),
+        Column("seq", justify="right"),
+        Column("size", justify="right"),
+        Column("result", overflow="fold"),
+    )
     bad = [s for s in report.sessions if not s.ok]
     for s in bad if len(report.sessions) > 20 else report.sessions:
         result = (
@@ -137,9 +133,10 @@ def _recover(args: argparse.Namespace) -> int:
             }
         )
         return 0 if report.ok else 1
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    table.add_column("session", overflow="fold")
-    table.add_column("what happened", overflow="fold")
+    table = make_table(
+        Column("session", overflow="fold"),
+        Column("what happened", overflow="fold"),
+    )
     for s in report.sessions:
         notes = []
         if s.tail_cut:
@@ -174,7 +171,7 @@ def _repair_args(p: argparse.ArgumentParser) -> None:
 
 def _repair(args: argparse.Namespace) -> int:
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
-    _need_session(store, args.key)
+    need_session(store, args.key)
     report = replay.repair(store, args.key)
     if args.json:
         print_json(report)
@@ -203,17 +200,18 @@ def _timeline(args: argparse.Namespace) -> int:
     since = _point(args.since, "--since")
     until = _point(args.until, "--until")
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
-    _need_session(store, args.key)
+    need_session(store, args.key)
     entries = replay.timeline(store, args.key, since=since, until=until)
     if args.json:
         print_json(entries)
         return 0
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    table.add_column("seq", justify="right", style="dim")
-    table.add_column("UTC", style="dim", no_wrap=True)
-    table.add_column("event", no_wrap=True)
-    table.add_column("what it changed", overflow="fold")
-    table.add_column("live", justify="right", style="dim", no_wrap=True)
+    table = make_table(
+        Column("seq", justify="right", style="dim"),
+        Column("UTC", style="dim", no_wrap=True),
+        Column("event", no_wrap=True),
+        Column("what it changed", overflow="fold"),
+        Column("live", justify="right", style="dim", no_wrap=True),
+    )
     for e in entries:
         table.add_row(
             str(e.seq),
@@ -234,7 +232,7 @@ def _diff_args(p: argparse.ArgumentParser) -> None:
 
 def _diff(args: argparse.Namespace) -> int:
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
-    _need_session(store, args.key)
+    need_session(store, args.key)
     d = replay.diff(store, args.key, args.a, args.b)
     if args.json:
         print_json(d)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
 
-from rich.table import Table
+from rich.table import Column
 from rich.text import Text
 
 from sessionledger.eventlog import LIFECYCLE_STATES, BaseStore, LoadedLog
@@ -15,11 +14,16 @@ from ._common import (
     Command,
     cut,
     make_console,
+    make_table,
+    need_session,
     open_store,
     parse_point,
+    parse_time,
+    plural,
     print_json,
     print_json_lines,
     short_time,
+    title_and_preview,
     warn,
 )
 from ._render_events import ROLE_STYLES, content_text, event_dict, select_events, timeline_table
@@ -27,8 +31,7 @@ from ._render_events import ROLE_STYLES, content_text, event_dict, select_events
 
 def load_session(store: BaseStore, key: str) -> LoadedLog:
     """Read a session read-only; a bad line in the middle still shows the readable prefix."""
-    if not store.exists(key):
-        raise CliError(f"no session {key!r} in the store (see: sessionledger ls)")
+    need_session(store, key)
     return store.load(key, prefix=True)
 
 
@@ -190,22 +193,13 @@ def cut_line(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def _time_option(value: str | None, option: str) -> datetime | None:
-    if value is None:
-        return None
-    point = parse_point(value, option)
-    if point.at is None:
-        raise CliError(f"{option}: give a time like 2026-11-25T10:00, not a seq")
-    return point.at
-
-
 def _ls(args: argparse.Namespace) -> int:
     from sessionledger import projections
 
     if args.limit < 0 or args.offset < 0:
         raise CliError("--limit and --offset must be >= 0")
-    after = _time_option(args.created_after, "--created-after")
-    before = _time_option(args.created_before, "--created-before")
+    after = parse_time(args.created_after, "--created-after")
+    before = parse_time(args.created_before, "--created-before")
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     rows = projections.list_sessions(
         store,
@@ -227,15 +221,16 @@ def _ls(args: argparse.Namespace) -> int:
     # One row per session: key on the first line, title and preview below it, figures beside.
     figures = 11 + 6 + 8 + 8 + 4 * 2
     width = max(console.width - figures - 2, 20)
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    table.add_column("session", overflow="fold", width=width)
-    table.add_column("updated", no_wrap=True, style="dim", width=11)
-    table.add_column("msgs", justify="right", no_wrap=True, width=6)
-    table.add_column("tokens", justify="right", no_wrap=True, width=8)
-    table.add_column("state", no_wrap=True, width=8)
+    table = make_table(
+        Column("session", overflow="fold", width=width),
+        Column("updated", no_wrap=True, style="dim", width=11),
+        Column("msgs", justify="right", no_wrap=True, width=6),
+        Column("tokens", justify="right", no_wrap=True, width=8),
+        Column("state", no_wrap=True, width=8),
+    )
     for row in rows:
         cell = Text(row.key, style="bold")
-        about = " · ".join(part for part in (row.title, row.preview) if part)
+        about = title_and_preview(row.title, row.preview)
         if about:
             cell.append("\n")
             cell.append(cut_line(about, width), style="italic" if row.title else "")
@@ -247,7 +242,7 @@ def _ls(args: argparse.Namespace) -> int:
             Text(row.state, style=STATE_STYLES.get(row.state, "")),
         )
     console.print(table)
-    shown = f"{len(rows)} session{'s' if len(rows) != 1 else ''}"
+    shown = plural(len(rows), "session")
     console.print(Text(shown + (f" (offset {args.offset})" if args.offset else ""), style="dim"))
     return 0
 
@@ -289,8 +284,7 @@ def _history(args: argparse.Namespace) -> int:
         raise CliError(f"--max-tokens must be >= 0, not {args.max_tokens}")
     point = parse_point(args.at, "--at") if args.at is not None else None
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
-    if not store.exists(args.key):
-        raise CliError(f"no session {args.key!r} in the store (see: sessionledger ls)")
+    need_session(store, args.key)
     if point is None:
         state = store.load(args.key).state
     else:
@@ -308,11 +302,13 @@ def _history(args: argparse.Namespace) -> int:
         print_json({"key": args.key, "seq": state.seq, "tokens": total, "messages": messages})
         return 0
     console = make_console()
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("#", justify="right", style="dim")
-    table.add_column("role", no_wrap=True)
-    table.add_column("tokens", justify="right", style="dim")
-    table.add_column("content", overflow="fold")
+    table = make_table(
+        Column("#", justify="right", style="dim"),
+        Column("role", no_wrap=True),
+        Column("tokens", justify="right", style="dim"),
+        Column("content", overflow="fold"),
+        padding=(0, 1),
+    )
     for i, (message, tokens) in enumerate(pairs, 1):
         role = str(message.get("role", ""))
         body = Text(cut(content_text(message), 300))

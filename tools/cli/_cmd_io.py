@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from sessionledger import projections, replay
@@ -18,6 +18,8 @@ from ._common import (
     Command,
     human_bytes,
     make_console,
+    make_table,
+    need_session,
     open_store,
     print_json,
     print_json_lines,
@@ -67,12 +69,13 @@ def _import(args: argparse.Namespace) -> int:
         print_json(report.sessions)
         return 0 if report.ok else 1
     console = make_console()
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    table.add_column("session", overflow="fold")
-    table.add_column("from", overflow="fold", style="dim")
-    table.add_column("outcome")
-    table.add_column("msgs", justify="right")
-    table.add_column("notes", overflow="fold")
+    table = make_table(
+        Column("session", overflow="fold"),
+        Column("from", overflow="fold", style="dim"),
+        Column("outcome"),
+        Column("msgs", justify="right"),
+        Column("notes", overflow="fold"),
+    )
     styles = {"created": "green", "unchanged": "dim", "extended": "green", "clash": "red"}
     for s in report.sessions:
         notes = list(s.notes)
@@ -137,8 +140,8 @@ def _export(args: argparse.Namespace) -> int:
         raise CliError("give one KEY or --all")
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     keys = store.keys() if args.all else [args.key]
-    if args.key and not store.exists(args.key):
-        raise CliError(f"no session {args.key!r} in the store (see: sessionledger ls)")
+    if args.key:
+        need_session(store, args.key)
     target = Path(args.to).expanduser()
     if target.exists() and not target.is_dir():
         raise CliError(f"{target} is not a directory")
@@ -196,9 +199,11 @@ def _stats(args: argparse.Namespace) -> int:
         print_json(stats)
         return 0
     console = make_console()
-    table = Table(box=None, pad_edge=False, show_header=False, padding=(0, 2, 0, 0))
-    table.add_column(style="bold")
-    table.add_column(justify="right")
+    table = make_table(
+        Column(style="bold"),
+        Column(justify="right"),
+        show_header=False,
+    )
     for name, value in (
         ("sessions", stats.total_sessions),
         ("active", stats.active_sessions),

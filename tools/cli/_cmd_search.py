@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
 
-from rich.table import Table
+from rich.table import Column
 from rich.text import Text
 
 from sessionledger import to_data
 
-from ._common import CliError, Command, make_console, open_store, parse_point, print_json
+from ._common import (
+    CliError,
+    Command,
+    make_console,
+    make_table,
+    open_store,
+    parse_time,
+    plural,
+    print_json,
+    title_and_preview,
+)
 
 COMMANDS: list[Command] = []
-
-
-def _time(value: str | None, option: str) -> datetime | None:
-    if value is None:
-        return None
-    point = parse_point(value, option)
-    if point.at is None:
-        raise CliError(f"{option}: give a time like 2026-11-01 or 2026-11-25T10:00, not a seq")
-    return point.at
 
 
 def _search_args(p: argparse.ArgumentParser) -> None:
@@ -39,8 +39,8 @@ def _search(args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise CliError("--limit must be >= 1")
-    since = _time(args.since, "--since")
-    until = _time(args.until, "--until")
+    since = parse_time(args.since, "--since")
+    until = parse_time(args.until, "--until")
     store = open_store(args.store, hash_key=args.hash_key, schema=args.schema)
     hits = search(
         store,
@@ -56,13 +56,14 @@ def _search(args: argparse.Namespace) -> int:
         print_json(to_data(hits))
         return 0
     console = make_console()
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    table.add_column("session", overflow="fold", style="bold")
-    table.add_column("conv", justify="right", no_wrap=True)
-    table.add_column("seq", justify="right", no_wrap=True)
-    table.add_column("when", no_wrap=True, style="dim")
-    table.add_column("role", no_wrap=True)
-    table.add_column("snippet", overflow="fold")
+    table = make_table(
+        Column("session", overflow="fold", style="bold"),
+        Column("conv", justify="right", no_wrap=True),
+        Column("seq", justify="right", no_wrap=True),
+        Column("when", no_wrap=True, style="dim"),
+        Column("role", no_wrap=True),
+        Column("snippet", overflow="fold"),
+    )
     for hit in hits:
         snippet = Text()
         for index, part in enumerate(hit.snippet.replace("]", "[").split("[")):
@@ -76,7 +77,7 @@ def _search(args: argparse.Namespace) -> int:
             snippet,
         )
     console.print(table)
-    console.print(Text(f"{len(hits)} hit{'s' if len(hits) != 1 else ''}", style="dim"))
+    console.print(Text(plural(len(hits), "hit"), style="dim"))
     return 0
 
 
@@ -116,11 +117,10 @@ def _conversations(args: argparse.Namespace) -> int:
         print_json(to_data(rows))
         return 0
     console = make_console()
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    for name in ("session", "start", "title / preview", "updated", "msgs", "tokens", "state"):
-        table.add_column(name, overflow="fold")
+    names = ("session", "start", "title / preview", "updated", "msgs", "tokens", "state")
+    table = make_table(*(Column(name, overflow="fold") for name in names))
     for row in rows:
-        about = " · ".join(part for part in (row.title, row.preview) if part)
+        about = title_and_preview(row.title, row.preview)
         state = row.state if row.current else f"ended ({row.end_reason})"
         table.add_row(
             Text(row.key, style="bold"),

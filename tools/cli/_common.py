@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
+from rich.table import Column, Table
 
 from sessionledger.eventlog import BaseStore, FileStore, LocalKeyFile
 
@@ -75,6 +76,22 @@ def parse_point(text: str, option: str) -> Point:
     if when.tzinfo is None:
         when = when.astimezone()  # a naive time is local time, as a person types it
     return Point(at=when)
+
+
+def parse_time(text: str | None, option: str) -> datetime | None:
+    """Parse an ISO-8601 time given to ``option`` (None if not given; a seq is refused)."""
+    if text is None:
+        return None
+    point = parse_point(text, option)
+    if point.at is None:
+        raise CliError(f"{option}: give a time like 2026-11-01 or 2026-11-25T10:00, not a seq")
+    return point.at
+
+
+def need_session(store: BaseStore, key: str) -> None:
+    """Refuse a key that is not a session of ``store`` (a CliError pointing at ``ls``)."""
+    if not store.exists(key):
+        raise CliError(f"no session {key!r} in the store (see: sessionledger ls)")
 
 
 def open_store(
@@ -143,6 +160,30 @@ def warn(message: str) -> None:
 def make_console(*, stderr: bool = False, width: int | None = None) -> Console:
     """A console that colours only a terminal (no escape codes in pipes)."""
     return Console(stderr=stderr, width=width, highlight=False, soft_wrap=False)
+
+
+_TABLE_LOOK: dict[str, Any] = {
+    "box": None,
+    "pad_edge": False,
+    "header_style": "bold",
+    "padding": (0, 2, 0, 0),
+}
+
+
+def make_table(*columns: Column, **look: Any) -> Table:
+    """A table in the commands' look (no box, bold header, two spaces between columns);
+    ``look`` overrides it."""
+    return Table(*columns, **(_TABLE_LOOK | look))
+
+
+def plural(count: int, noun: str) -> str:
+    """``3 hits``, ``1 hit``."""
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def title_and_preview(title: str, preview: str) -> str:
+    """A catalog row's title and preview on one line, as the listings show them."""
+    return " · ".join(part for part in (title, preview) if part)
 
 
 _enc = msgspec.json.Encoder()
