@@ -23,6 +23,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from ._errors import StorageError, UnsafePathError
 
@@ -357,6 +358,25 @@ def sweep_temps(directory: str, view: str | None = None) -> list[str]:
         directory, lambda name: name.startswith(".") and name.endswith(_TEMP_SUFFIX), now
     )
     return removed + legacy
+
+
+def write_temp_beside(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new private (0600) file beside ``path`` and make it durable.
+
+    Returns the file's path (``.<name>.<pid>.tmp``), for the caller to rename or link into
+    place and then remove. Never opened through a symlink; on any failure nothing is left.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
 
 
 def write_atomic(directory: str, name: str, data: bytes) -> None:

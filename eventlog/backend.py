@@ -15,7 +15,8 @@ scan logs (:class:`LogStat`), read PostgreSQL's catalog columns (:class:`Catalog
 writer its bytes (:class:`SessionIO`), map keys to file stems and read a key's structure
 (:func:`split_key`), and say where a log lives (:func:`log_location`). Files are read and made
 durable the store's one way (:func:`read_regular_file`: a whole file; :func:`read_range`: a
-range of an open one; :func:`fsync_dir`). :func:`peek_snapshot` reads the anchor a stored
+range of an open one; :func:`write_temp_beside`: a new file's bytes, durable, before it is
+put in place; :func:`fsync_dir`). :func:`peek_snapshot` reads the anchor a stored
 snapshot records without decoding its state. These names are public here, typed, and stable.
 """
 
@@ -35,7 +36,7 @@ from ._backend import (
 )
 from ._names import key_to_stem, split_key, stem_to_key
 from ._pg_common import CatalogRecord
-from ._safeio import fsync_dir, read_range, read_regular_file
+from ._safeio import fsync_dir, read_range, read_regular_file, write_temp_beside
 from ._snapshot import peek_snapshot
 from ._store_types import RawSession
 from ._writer import SessionIO, new_event_id
@@ -64,6 +65,7 @@ __all__ = (
     "read_regular_file",
     "split_key",
     "stem_to_key",
+    "write_temp_beside",
 )
 
 

@@ -30,7 +30,7 @@ from sessionledger.eventlog import (
     SessionState,
     decode_log,
 )
-from sessionledger.eventlog.backend import key_to_stem, read_regular_file
+from sessionledger.eventlog.backend import key_to_stem, read_regular_file, write_temp_beside
 
 from ._views import where
 
@@ -124,15 +124,7 @@ def _write_new(path: Path, data: bytes) -> Literal["written", "unchanged", "clas
         return "clash"
     if path.exists():
         return "unchanged" if _same_bytes(path, data) else "clash"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    tmp = write_temp_beside(path, data)
     try:
         os.link(tmp, path)  # fails if the name appeared meanwhile: never overwrite
     except FileExistsError:

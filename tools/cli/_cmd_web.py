@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sessionledger import replay
+from sessionledger.eventlog.backend import write_temp_beside
 from sessionledger.replay import Redaction
 
 from ._common import CliError, Command, open_store
@@ -26,19 +27,7 @@ def _write_file(path: Path, data: bytes) -> None:
         raise CliError(f"{path} is a symbolic link; not writing through it")
     if path.exists() and not path.is_file():
         raise CliError(f"{path} exists and is not a regular file")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
+    os.replace(write_temp_beside(path, data), path)
 
 
 def export_readable(args: argparse.Namespace) -> int:
