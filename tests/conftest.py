@@ -1,5 +1,6 @@
 """Shared pytest configuration: async tests run on asyncio and on trio; ``store`` is one store of
-each backend in turn (a test module may define its own ``store`` instead)."""
+each backend in turn (a test module may define its own ``store`` instead); the PostgreSQL
+fixtures of ``pg_support`` (``dsn``, ``schema``, ``make_pg``) are shared with every test."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from sessionledger.eventlog import BaseStore, FileStore, MemoryStore
+
+pytest_plugins = ["pg_support"]
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -33,20 +36,15 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]
 
 
 def _postgres_store() -> Iterator[BaseStore]:
-    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
-    if not dsn:
-        pytest.skip(
-            "PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG (see docs/postgres.md)"
-        )
-    import psycopg
+    from pg_support import drop_schema, pg_dsn
 
     from sessionledger.eventlog import PostgresStore
 
+    dsn = pg_dsn()
     schema = f"t_{os.urandom(6).hex()}"
     made = PostgresStore(dsn, schema=schema)
     try:
         yield made
     finally:
         made.close()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        drop_schema(dsn, schema)

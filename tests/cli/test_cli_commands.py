@@ -204,34 +204,22 @@ def test_bench_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert "reopen" in capsys.readouterr().out
 
 
-def test_commands_on_a_postgres_dsn(capsys: pytest.CaptureFixture[str]) -> None:
-    import os
-
-    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
-    if not dsn:
-        pytest.skip(
-            "PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG (see docs/postgres.md)"
-        )
-    import psycopg
-
+def test_commands_on_a_postgres_dsn(
+    dsn: str, schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from sessionledger.eventlog import PostgresStore
 
-    schema = f"t_{os.urandom(6).hex()}"
     with PostgresStore(dsn, schema=schema) as store:
         write_conversation(store.session(KEY))
     where = ["--store", dsn, "--schema", schema]
-    try:
-        assert main(["ls", "--json", *where]) == 0
-        assert [r["key"] for r in json.loads(capsys.readouterr().out)] == [KEY]
-        assert main(["verify", *where]) == 0
-        assert "all verified" in capsys.readouterr().out
-        assert main(["history", KEY, "--json", *where]) == 0
-        assert json.loads(capsys.readouterr().out)["seq"] == 15
-        assert main(["show", KEY, *where]) == 0
-        assert "└ #5 result" in capsys.readouterr().out
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    assert main(["ls", "--json", *where]) == 0
+    assert [r["key"] for r in json.loads(capsys.readouterr().out)] == [KEY]
+    assert main(["verify", *where]) == 0
+    assert "all verified" in capsys.readouterr().out
+    assert main(["history", KEY, "--json", *where]) == 0
+    assert json.loads(capsys.readouterr().out)["seq"] == 15
+    assert main(["show", KEY, *where]) == 0
+    assert "└ #5 result" in capsys.readouterr().out
 
 
 def test_a_dsn_that_does_not_connect(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures imported from pg_support are named as test arguments
 """The async store contract on AsyncPostgresStore, on asyncio and trio, plus its own behaviours.
 
 Skipped without ``SESSIONLEDGER_TEST_PG``; each ``tmp_path`` names its own schema, dropped after.
@@ -6,46 +5,24 @@ Skipped without ``SESSIONLEDGER_TEST_PG``; each ``tmp_path`` names its own schem
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from async_store_contract import AsyncStoreContract
-from pg_support import drop_schema, dsn, schema  # noqa: F401
+from pg_support import SchemaPerStore
 
 from sessionledger.eventlog import AsyncBaseStore, AsyncPostgresStore, ConflictError, PostgresStore
-
-_RUN = uuid.uuid4().hex
 
 pytestmark = pytest.mark.postgres
 
 
-class TestAsyncPostgresStore(AsyncStoreContract):
-    _dsn: str
-    _schemas: set[str]
-    _stores: list[AsyncPostgresStore]
-
-    @pytest.fixture(autouse=True)
-    def _server(self, dsn: str) -> Iterator[None]:
-        self._dsn = dsn
-        self._schemas = set()
-        self._stores = []
-        yield
-        for store in self._stores:  # pools of stores a test left open
-            store.postgres.close()
-        for name in self._schemas:
-            drop_schema(dsn, name)
-
+class TestAsyncPostgresStore(SchemaPerStore, AsyncStoreContract):
     def make_store(self, tmp_path: Path, **kwargs: Any) -> AsyncBaseStore:
-        name = "t_" + blake2b(f"{_RUN}:{tmp_path}".encode(), digest_size=8).hexdigest()
-        self._schemas.add(name)
         kwargs.setdefault("pool_size", 8)
-        store = AsyncPostgresStore(self._dsn, schema=name, **kwargs)
-        self._stores.append(store)
+        store = AsyncPostgresStore(self._dsn, schema=self.schema_for(tmp_path), **kwargs)
+        self.close_after(store.postgres.close)
         return store
 
 

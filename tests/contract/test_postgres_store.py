@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures imported from pg_support are named as test arguments
 """The PostgreSQL store: same bytes as files, many writers, faults, schema versions.
 
 Every test runs against the server named by ``SESSIONLEDGER_TEST_PG`` in a schema of its own; each
@@ -21,7 +20,7 @@ from typing import Any
 import msgspec
 import psycopg
 import pytest
-from pg_support import StoreFactory, dsn, make_pg, schema  # noqa: F401
+from pg_support import StoreFactory
 
 from sessionledger.eventlog import (
     CommitUnknownError,

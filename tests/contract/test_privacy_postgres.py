@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures imported from pg_support are named as test arguments
 """Encryption at rest on PostgreSQL: the same sealed bytes, no plaintext in any table."""
 
 from __future__ import annotations
@@ -7,7 +6,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pg_support import StoreFactory, dsn, make_pg, schema  # noqa: F401
+from pg_support import StoreFactory
 
 from sessionledger import projections, replay
 from sessionledger.eventlog import (

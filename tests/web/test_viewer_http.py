@@ -171,16 +171,9 @@ def test_the_viewer_over_a_memory_store() -> None:
 
 
 @pytest.mark.postgres
-def test_the_viewer_over_postgresql() -> None:
-    import os
-    import uuid
-
+def test_the_viewer_over_postgresql(dsn: str, schema: str) -> None:
     from sessionledger.eventlog import PostgresStore
 
-    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
-    if not dsn:
-        pytest.skip("PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
     store = PostgresStore(dsn, schema=schema)
     try:
         assert store.import_bytes(KEY, fixed_log()) == "created"
@@ -193,8 +186,4 @@ def test_the_viewer_over_postgresql() -> None:
             heading = c.get("/api/heading", params={"key": KEY}).text
             assert "Kyoto trip" in heading
     finally:
-        store.close()
-        import psycopg
-
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        store.close()  # the schema fixture drops the schema

@@ -1,5 +1,6 @@
 """Fixtures of the PostgreSQL tests: the server from ``SESSIONLEDGER_TEST_PG``, one schema per test.
 
+Every test may name ``dsn``, ``schema`` and ``make_pg`` (``conftest.py`` shares them).
 Without the variable every PostgreSQL test is skipped with a message saying how to run it.
 Each test gets a fresh schema named ``t_<random>`` that is dropped afterwards, so parallel runs
 and leftovers never interfere.
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from hashlib import blake2b
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,3 +76,36 @@ def make_pg(dsn: str, schema: str) -> Iterator[StoreFactory]:
     yield make
     for store in stores:
         store.close()
+
+
+class SchemaPerStore:
+    """For the PostgreSQL contract classes: each store a test makes gets the schema its
+    ``tmp_path`` names; after the test its pools are closed and its schemas dropped."""
+
+    _dsn: str
+    _schemas: set[str]
+    _closers: list[Callable[[], object]]
+
+    @pytest.fixture(autouse=True)
+    def _server(self, dsn: str) -> Iterator[None]:
+        self._dsn = dsn
+        self._schemas = set()
+        self._closers = []
+        yield
+        for close in self._closers:  # the suites leave some stores open
+            close()
+        for name in self._schemas:
+            drop_schema(dsn, name)
+
+    def schema_for(self, tmp_path: Path) -> str:
+        """The schema of ``tmp_path`` (one per store directory a suite would use)."""
+        name = "t_" + blake2b(f"{_RUN}:{tmp_path}".encode(), digest_size=8).hexdigest()
+        self._schemas.add(name)
+        return name
+
+    def close_after(self, close: Callable[[], object]) -> None:
+        """Call ``close`` (a store's) when the test is over."""
+        self._closers.append(close)
+
+
+_RUN = uuid.uuid4().hex
