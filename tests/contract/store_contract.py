@@ -15,12 +15,13 @@ the same object. Only public store API is used, so any backend (PostgreSQL inclu
 from __future__ import annotations
 
 import abc
-import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from threaded import run_threads
 
 from sessionledger.eventlog import (
     BaseStore,
@@ -245,21 +246,12 @@ class StoreContract(abc.ABC):
     def test_threads_append_to_one_session(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path, durability="batch")
         s = store.session(KEY)
-        errors: list[BaseException] = []
 
         def work(n: int) -> None:
-            try:
-                for i in range(50):
-                    s.append_message("user", f"{n}:{i}")
-            except BaseException as exc:  # pragma: no cover - reported below
-                errors.append(exc)
+            for i in range(50):
+                s.append_message("user", f"{n}:{i}")
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
+        run_threads(*(partial(work, n) for n in range(4)))
         events = store.load(KEY).events
         assert [e.seq for e in events] == list(range(1, 201))
         assert len({e.message["content"] for e in events if isinstance(e, MessageAppended)}) == 200
@@ -308,27 +300,15 @@ class StoreContract(abc.ABC):
     def test_two_stores_threads_interleave(self, tmp_path: Path) -> None:
         store = self.make_store(tmp_path, durability="batch")
         other = self.make_peer(store, tmp_path, durability="batch")
-        errors: list[BaseException] = []
 
         def work(target: BaseStore, n: int) -> None:
-            try:
-                for i in range(25):
-                    with target.session(KEY) as w:  # a writer per turn, as a server would
-                        w.append_message("user", f"{n}:{i}", id=f"e-{n}-{i}")
-                        w.append_message("user", f"{n}:{i}", id=f"e-{n}-{i}")  # retried
-            except BaseException as exc:  # pragma: no cover - reported below
-                errors.append(exc)
+            for i in range(25):
+                with target.session(KEY) as w:  # a writer per turn, as a server would
+                    w.append_message("user", f"{n}:{i}", id=f"e-{n}-{i}")
+                    w.append_message("user", f"{n}:{i}", id=f"e-{n}-{i}")  # retried
 
-        threads = [
-            threading.Thread(target=work, args=(s, n))
-            for n, s in enumerate([store, other, store, other])
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
         try:
-            assert errors == []
+            run_threads(*(partial(work, s, n) for n, s in enumerate([store, other, store, other])))
             data = store.read_bytes(KEY)
             assert verify_chain(data).problems == []
             events = decode_log(data).events

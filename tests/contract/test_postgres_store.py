@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import msgspec
 import psycopg
 import pytest
 from pg_support import StoreFactory
+from threaded import run_threads
 
 from sessionledger.eventlog import (
     CommitUnknownError,
@@ -160,22 +162,13 @@ def test_retried_event_id_is_written_once_across_stores(make_pg: StoreFactory) -
 
 def test_threads_on_many_stores_never_leave_a_gap(make_pg: StoreFactory) -> None:
     stores = [make_pg() for _ in range(3)]
-    errors: list[BaseException] = []
 
     def work(store: PostgresStore, n: int) -> None:
-        try:
-            w = store.session("shared:1")
-            for i in range(25):
-                w.append_message("user", f"t{n}-{i}", id=f"t{n}-{i}")
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        w = store.session("shared:1")
+        for i in range(25):
+            w.append_message("user", f"t{n}-{i}", id=f"t{n}-{i}")
 
-    threads = [threading.Thread(target=work, args=(stores[n % 3], n)) for n in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_threads(*(partial(work, stores[n % 3], n) for n in range(6)))
     loaded = make_pg().load("shared:1")
     assert [e.seq for e in loaded.events] == list(range(1, 151))
     assert len({e.id for e in loaded.events}) == 150
@@ -546,22 +539,13 @@ def test_many_threads_on_one_writer_and_another_store_never_leave_a_gap(
 ) -> None:
     pg, other = make_pg(), make_pg()
     w, o = pg.session("gc:2"), other.session("gc:2")
-    errors: list[BaseException] = []
 
     def work(writer: Any, tag: str) -> None:
-        try:
-            for i in range(30):
-                writer.append_message("user", f"{tag}-{i}", id=f"{tag}-{i}")
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for i in range(30):
+            writer.append_message("user", f"{tag}-{i}", id=f"{tag}-{i}")
 
-    threads = [threading.Thread(target=work, args=(w, f"t{n}")) for n in range(6)]
-    threads += [threading.Thread(target=work, args=(o, f"o{n}")) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors
+    calls = [partial(work, w, f"t{n}") for n in range(6)]
+    run_threads(*calls, *(partial(work, o, f"o{n}") for n in range(2)), timeout=60)
     loaded = make_pg().load("gc:2")
     assert [e.seq for e in loaded.events] == list(range(1, 241))
     assert len({e.id for e in loaded.events}) == 240

@@ -9,15 +9,16 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 import unicodedata
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from threaded import run_threads
 
 from sessionledger.eventlog import (
     CorruptLogError,
@@ -321,21 +322,12 @@ def test_torn_tail_is_cut_into_quarantine(root: Path, store: FileStore) -> None:
 def test_threads_append_durably(root: Path, durability: str, threads: int, each: int) -> None:
     store = FileStore(root, durability=durability)
     s = store.session("k")
-    errors: list[BaseException] = []
 
     def work(n: int) -> None:
-        try:
-            for i in range(each):
-                s.append_message("user", f"{n}:{i}")
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for i in range(each):
+            s.append_message("user", f"{n}:{i}")
 
-    pool = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    assert errors == []
+    run_threads(*(partial(work, n) for n in range(threads)))
     store.close()
     decoded = decode_log(store.path_for("k").read_bytes())
     assert decoded.bad is None and decoded.torn is None

@@ -12,10 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
+from functools import partial
 
 import anyio
 import msgspec
 import pytest
+from threaded import run_threads
 
 from sessionledger.eventlog import (
     AsyncSessionWriter,
@@ -282,22 +284,13 @@ async def test_async_close_waits_for_the_fsync_in_flight(io: FakeIO) -> None:
 def test_sync_threads_share_fsyncs(io: FakeIO) -> None:
     io.delay = 0.002
     w = _sync_writer(io, "batch")
-    errors: list[BaseException] = []
 
     def work(t: int) -> None:
-        try:
-            for i in range(25):
-                seq = w.append_message("user", f"{t}:{i}")
-                assert io.line_durable(seq)
-        except BaseException as exc:
-            errors.append(exc)
+        for i in range(25):
+            seq = w.append_message("user", f"{t}:{i}")
+            assert io.line_durable(seq)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    run_threads(*(partial(work, t) for t in range(8)))
     assert _seqs(io) == list(range(1, 201))
     assert io.syncs < 200  # group commit: fewer fsyncs than appends
     w.close()

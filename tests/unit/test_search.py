@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
+from threaded import run_threads
 
 from sessionledger import replay
 from sessionledger.eventlog import (
@@ -137,20 +138,7 @@ def test_two_store_objects_catch_up_at_once_without_duplicates(tmp_path: Path) -
         for n in range(40):
             writer.session(f"s{n}").append_message("user", f"kyoto {n}")
     stores = [FileStore(tmp_path / "s", durability="none") for _ in range(3)]
-    errors: list[BaseException] = []
-
-    def run(store: FileStore) -> None:
-        try:
-            refresh_search(store)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(s,)) for s in stores]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_threads(*(partial(refresh_search, s) for s in stores))
     hits = search(stores[0], "kyoto", limit=100)
     assert len(hits) == 40 and len(set(_where(hits))) == 40
     for s in stores:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pytest
+from threaded import run_threads
 
 from sessionledger.eventlog import (
     Cleared,
@@ -349,21 +350,12 @@ def test_bad_durability_is_refused() -> None:
 def test_threads_never_interleave(durability: str) -> None:
     store = MemoryStore(durability=durability)
     w = store.session("k")
-    errors: list[BaseException] = []
 
     def work(n: int) -> None:
-        try:
-            for i in range(100):
-                w.append_message("user", f"{n}-{i}")
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for i in range(100):
+            w.append_message("user", f"{n}-{i}")
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_threads(*(partial(work, n) for n in range(4)))
     events = logged(store, "k")
     assert [e.seq for e in events] == list(range(1, 401))
     assert sorted(e.message["content"] for e in events) == sorted(
