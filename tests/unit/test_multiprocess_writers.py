@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_many_writers import contents as _check  # the one whole-log check
 
-from sessionledger.eventlog import FileStore, LockedError, MessageAppended, decode_log, verify_chain
+from sessionledger.eventlog import FileStore, LockedError
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "gateway:1"
@@ -37,14 +38,6 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> str:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err
     return out
-
-
-def _check(data: bytes) -> list[str]:
-    decoded = decode_log(data)
-    assert decoded.bad is None and decoded.torn is None
-    assert verify_chain(data).problems == []
-    assert [e.seq for e in decoded.events] == list(range(1, len(decoded.events) + 1))
-    return [e.message["content"] for e in decoded.events if isinstance(e, MessageAppended)]
 
 
 TAKE_TURNS = """
