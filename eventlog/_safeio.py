@@ -188,7 +188,8 @@ def read_first_line(path: str, *, limit: int = 1 << 24) -> bytes | None:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (short writes continued; no progress is an OSError)."""
     view = memoryview(data)
     while view:
         written = _write(fd, view)
@@ -212,7 +213,7 @@ def append_private(path: str, data: bytes, *, sync: bool, action: str = "append"
     try:
         before = os.fstat(fd).st_size
         os.fchmod(fd, 0o600)
-        _write_all(fd, data)
+        write_all(fd, data)
         if sync:
             os.fsync(fd)
     except OSError as exc:
@@ -232,7 +233,7 @@ def write_new(path: str, data: bytes, *, sync: bool, action: str = "write") -> N
     try:
         try:
             os.fchmod(fd, 0o600)
-            _write_all(fd, data)
+            write_all(fd, data)
             if sync:
                 os.fsync(fd)
         finally:
@@ -369,7 +370,7 @@ def write_temp_beside(path: Path, data: bytes) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -396,7 +397,7 @@ def write_atomic(directory: str, name: str, data: bytes) -> None:
             )
             try:
                 os.fchmod(fd, 0o600)
-                _write_all(fd, data)
+                write_all(fd, data)
             finally:
                 os.close(fd)
             os.rename(tmp, target, src_dir_fd=dir_fd)

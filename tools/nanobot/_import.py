@@ -109,6 +109,11 @@ def remove_legacy(stem: str) -> bool:
     path = _compat.legacy_sessions_dir() / f"{stem}.jsonl"
     if path.is_symlink() or not path.is_file():
         return False
+    return delete_session_file(path)
+
+
+def delete_session_file(path: Path) -> bool:
+    """Unlink ``path`` as nanobot deletes a session file (a failure is logged, not raised)."""
     try:
         path.unlink()
     except OSError as exc:

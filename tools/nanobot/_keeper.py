@@ -10,7 +10,7 @@ from sessionledger import projections
 from sessionledger.eventlog import EventLogError, FileStore, SessionState
 
 from . import _compat, _views
-from ._import import Ledger
+from ._import import Ledger, delete_session_file
 from ._listing import metadata_record, view_row
 from ._session import local_time
 
@@ -144,12 +144,7 @@ class ViewKeeper:
         head = _views.read_header(path)
         if head is None or head.get("key") != key:
             return False
-        try:
-            path.unlink()
-        except OSError as exc:
-            logger.warning("Failed to delete session file %s: %s", path, exc)
-            return False
-        return True
+        return delete_session_file(path)
 
     def rows(self) -> dict[str, dict[str, Any]]:
         """nanobot's ``list_sessions`` rows of every view, by key."""
