@@ -9,14 +9,13 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from sessionledger.tools.web.measure import serving
 
 INSTALL = (
     "no Chromium found for the browser tests: install one with "
@@ -48,44 +47,8 @@ def free_port() -> int:
 @contextmanager
 def viewer(store: Path, *extra: str) -> Iterator[str]:
     """Run ``sessionledger serve`` on ``store`` in its own process; yield its base URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sessionledger.tools.cli",
-            "serve",
-            "--store",
-            str(store),
-            "--port",
-            str(port),
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/static/viewer.css", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
-                    raise RuntimeError(f"the viewer did not start: {err}") from None
-                time.sleep(0.1)
+    with serving(store, free_port(), *extra, stderr=subprocess.PIPE, patience=20) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def require_browser() -> str:

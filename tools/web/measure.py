@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -51,29 +53,43 @@ def _write(root: Path, n: int) -> int:
         return s.state.seq
 
 
-def _serve(root: Path, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sessionledger.tools.cli",
-            "serve",
-            "--store",
-            str(root),
-            "--port",
-            str(port),
-        ],
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+@contextmanager
+def serving(
+    store: Path, port: int, *extra: str, stderr: int = subprocess.DEVNULL, patience: float = 30.0
+) -> Iterator[str]:
+    """Run ``sessionledger serve`` on ``store`` in its own process; yield its base URL once it
+    answers, and stop it afterwards.
+
+    Raises:
+        RuntimeError: it exited or did not answer within ``patience`` seconds (with its error
+            output when ``stderr`` is ``subprocess.PIPE``).
+    """
+    command = [sys.executable, "-m", "sessionledger.tools.cli", "serve"]
+    command += ["--store", str(store), "--port", str(port), *extra]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                _get(port, "/static/viewer.css")
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    err = proc.stderr.read().decode() if proc.stderr else ""
+                    raise RuntimeError(f"the viewer did not start: {err}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
         try:
-            _get(port, "/static/viewer.css")
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the viewer did not start")
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
 
 
 def _browser(url: str, executable: str) -> tuple[float, float]:
@@ -106,8 +122,7 @@ def measure(
         else:
             seq = _write(root, n)
         size = sum(p.stat().st_size for p in root.glob("*.jsonl"))
-        proc = _serve(root, port)
-        try:
+        with serving(root, port):
             k = quote(KEY, safe="")
             paths = {
                 "page": f"/session?key={k}",
@@ -124,9 +139,6 @@ def measure(
                     runs[name].append(_get(port, path))
             css = _get(port, "/static/viewer.css")[2]
             js = _get(port, "/static/viewer.js")[2]
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
     out: dict[str, float] = {"messages": n, "log_mb": size / 1e6}
     out["page_kb"] = runs["page"][0][2] / 1024
     out["weight_kb"] = (runs["page"][0][2] + css + js) / 1024
