@@ -33,6 +33,7 @@ from sessionledger import replay
 from sessionledger.eventlog import DURABILITIES, FileStore, decode_log
 
 from ._checks import check_acknowledged, check_verifies, claim, quarantine_records
+from ._load import fork_child
 from ._workload import one_event
 
 #: Rounds written to one key before the harness starts a new session (keeps logs small).
@@ -65,23 +66,6 @@ def _child(root: str, durability: str, hash_key: str | None, key: str, tag: str,
         seq = one_event(writer, rng, event_id, big=0.01)
         os.write(wfd, f"{seq} {event_id}\n".encode())
         i += 1
-
-
-def _fork_child(
-    root: str, durability: str, hash_key: str | None, key: str, tag: str
-) -> tuple[int, int]:
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child never returns
-        code = 0
-        try:
-            os.close(rfd)
-            _child(root, durability, hash_key, key, tag, wfd)
-        except BaseException:
-            code = 3
-        os._exit(code)
-    os.close(wfd)
-    return pid, rfd
 
 
 def _read_until(rfd: int, deadline: float, buf: bytearray, acks: int = 0) -> bool:
@@ -135,7 +119,7 @@ def crash_round(
 
     ``before`` is the session's seq before this round (0 for a new session).
     """
-    pid, rfd = _fork_child(str(root), durability, hash_key, key, tag)
+    pid, rfd = fork_child(_child, str(root), durability, hash_key, key, tag)
     buf = bytearray()
     wait, acks, extra = _moment(rng)
     alive = _read_until(rfd, time.monotonic() + wait, buf, acks)

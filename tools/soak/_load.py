@@ -19,6 +19,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,14 +123,18 @@ def _async_worker(root: str, name: str, tasks: int, deadline: float, wfd: int) -
     anyio.run(main)
 
 
-def _fork(target: object, *args: object) -> tuple[int, int]:
+def fork_child(target: Callable[..., object], *args: object) -> tuple[int, int]:
+    """Run ``target(*args, wfd)`` in a forked child; return its pid and the pipe's read end.
+
+    The child exits 0, 4 on a LockedError, or 3 (with its traceback) on any other error.
+    """
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
         code = 0
         try:
             os.close(rfd)
-            target(*args, wfd)  # type: ignore[operator]
+            target(*args, wfd)
         except LockedError:
             code = 4
         except BaseException:
@@ -160,7 +165,7 @@ def run_load(
     for p in range(processes):
         name = f"p{seed}-{p}"
         target = _async_worker if p % 2 else _sync_worker
-        pid, rfd = _fork(target, str(root), name, threads, deadline)
+        pid, rfd = fork_child(target, str(root), name, threads, deadline)
         workers[rfd] = (pid, name)
     victim = next(iter(workers.values()))[0] if kill and processes > 1 else None
     kill_at = time.monotonic() + seconds / 2
