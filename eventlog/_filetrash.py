@@ -55,6 +55,7 @@ from ._safeio import (
     fsync_dir,
     open_regular,
     read_bytes,
+    remove,
     storage_error,
     write_new,
 )
@@ -239,15 +240,6 @@ def place(src: str, dst: str) -> bool:
         return False
     except OSError as exc:
         raise storage_error(dst, "restore", exc) from exc
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise storage_error(path, "remove", exc) from exc
 
 
 def _rename(src: str, dst: str) -> None:
@@ -438,8 +430,8 @@ def _finish_restore(root: Path, entry: _Entry, *, sync: bool) -> None:
     if sync:
         fsync_dir(str(root))
     for name in (*entry.sides, entry.log):
-        _unlink(os.path.join(entry.path, name))
-    _unlink(os.path.join(entry.path, ENTRY_FILE))
+        remove(os.path.join(entry.path, name))
+    remove(os.path.join(entry.path, ENTRY_FILE))
     try:
         shutil.rmtree(entry.path)
     except FileNotFoundError:

@@ -238,7 +238,7 @@ def kill_at(step: int) -> Iterator[list[int]]:
 
         setattr(_filetrash, name, op)
 
-    for name in ("place", "_unlink", "_rename", "write_new", "fsync_dir", "append_private"):
+    for name in ("place", "remove", "_rename", "write_new", "fsync_dir", "append_private"):
         wrap(name)
     try:
         yield calls
