@@ -11,15 +11,22 @@ Invariants:
 - Cancelling an append before its thread starts writes nothing; once started, the transaction
   finishes (committed or rolled back) before the cancellation is delivered, so the caller never
   leaves a transaction half done.
+- A :meth:`AsyncPostgresStore.batch` runs on one thread of its own from start to end (the sync
+  batch's transaction belongs to the thread that opened it): its start, every append in it and
+  its commit or rollback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import queue
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
@@ -33,6 +40,50 @@ from ._store_types import OpenReport
 from ._writeapi import Draft
 from ._writer import SessionWriter
 
+_T = TypeVar("_T")
+#: Runs a blocking call off the event loop and awaits its result.
+Runner = Callable[[Callable[[], _T]], Awaitable[_T]]
+
+
+class _BatchThread:
+    """One thread that runs every call given to :meth:`run`, in order (a batch's thread)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._serve, name="sessionledger-pg-batch", daemon=True
+        )
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    async def run(self, call: Callable[[], _T]) -> _T:
+        """``call()`` on this thread; its result or its exception (waited for, shielded)."""
+        token = anyio.lowlevel.current_token()
+        done = anyio.Event()
+        outcome: list[tuple[bool, Any]] = []
+
+        def job() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as exc:  # handed to the awaiting task
+                outcome.append((False, exc))
+            anyio.from_thread.run_sync(done.set, token=token)
+
+        self._jobs.put(job)
+        with anyio.CancelScope(shield=True):  # a started call finishes before cancellation
+            await done.wait()
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return cast(_T, value)
+
+    def stop(self) -> None:
+        """End the thread once the calls given so far are done."""
+        self._jobs.put(None)
+
 
 class AsyncPostgresSessionWriter(AsyncSessionWriter):
     """An async writer whose appends run the sync writer's transaction in a worker thread."""
@@ -42,6 +93,7 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
         writer: SessionWriter,
         *,
         on_close: Callable[[AsyncSessionWriter], Awaitable[None]] | None = None,
+        run: Runner[Any] | None = None,
     ) -> None:
         log = AsyncSessionLog(
             key=writer.key,
@@ -53,6 +105,8 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
         )
         super().__init__(log, on_close=on_close)
         self._writer = writer
+        #: How a blocking call runs: a worker thread, or (in a batch) the batch's thread.
+        self._run: Runner[Any] = run or anyio.to_thread.run_sync
 
     @property
     def state(self) -> SessionState:
@@ -77,7 +131,7 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
     async def refresh(self) -> int:
         """Fold in events other writers appended; return the last seq."""
         self._check_open()
-        return await anyio.to_thread.run_sync(self._writer.refresh)
+        return cast(int, await self._run(self._writer.refresh))
 
     async def flush(self) -> None:
         """Nothing to do: each append returned after its commit."""
@@ -90,15 +144,15 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
         self._closed = True
         self._log.closed = True
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._writer.close)
+            await self._run(self._writer.close)
             if self._on_close is not None:
                 await self._on_close(self)
 
     async def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
         await anyio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
-        return await anyio.to_thread.run_sync(
-            partial(self._writer._submit, draft, expected_seq, event_id)
+        return cast(
+            int, await self._run(partial(self._writer._submit, draft, expected_seq, event_id))
         )
 
 
@@ -149,6 +203,27 @@ class AsyncPostgresStore(AsyncBaseStore):
         sync_writer = await anyio.to_thread.run_sync(opener)
         writer = AsyncPostgresSessionWriter(sync_writer, on_close=self._forget)
         return writer, self._pg.open_report(key)
+
+    @asynccontextmanager
+    async def batch(self, key: str) -> AsyncIterator[AsyncPostgresSessionWriter]:
+        """Group the appends made in the block into one transaction (one lock, one commit).
+
+        The twin of :meth:`PostgresStore.batch`: yields a writer of the session whose appends
+        join the transaction; other writers' appends to it wait until the block ends. If the
+        block raises (or is cancelled), nothing of it is written.
+        """
+        thread = _BatchThread()
+        try:
+            block: AbstractContextManager[SessionWriter] = self._pg.batch(key)
+            sync_writer = await thread.run(block.__enter__)
+            try:
+                yield AsyncPostgresSessionWriter(sync_writer, run=thread.run)
+            except BaseException as exc:
+                await thread.run(partial(block.__exit__, type(exc), exc, exc.__traceback__))
+                raise
+            await thread.run(partial(block.__exit__, None, None, None))
+        finally:
+            thread.stop()
 
     async def state(self, key: str) -> SessionState:
         """The current folded state of ``key`` (what every writer has committed)."""

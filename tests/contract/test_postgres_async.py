@@ -51,3 +51,37 @@ async def test_async_and_sync_writers_share_one_session(dsn: str, schema: str) -
     finally:
         other.close()
         await store.close()
+
+
+@pytest.mark.anyio
+async def test_batch_is_one_transaction_on_one_thread_and_rolls_back_whole(
+    dsn: str, schema: str
+) -> None:
+    store = await AsyncPostgresStore.connect(dsn, schema=schema, pool_size=4)
+    other = PostgresStore(dsn, schema=schema, pool_size=2)
+    try:
+        w = await store.session("b:1")
+        async with store.batch("b:1") as bw:
+            for i in range(5):
+                assert await bw.append_message("user", f"m{i}") == i + 1
+            # Inside the block nothing is committed yet: another store sees none of it.
+            assert not other.exists("b:1") or other.state("b:1").seq == 0
+        assert other.state("b:1").seq == 5
+        with pytest.raises(RuntimeError):
+            async with store.batch("b:1") as bw:
+                await bw.append_message("user", "never")
+                raise RuntimeError("abort the batch")
+        assert other.state("b:1").seq == 5
+        with anyio.move_on_after(0.2):  # cancelled inside: rolled back as well
+            async with store.batch("b:1") as bw:
+                await bw.append_message("user", "cancelled")
+                await anyio.sleep(5)
+        assert other.state("b:1").seq == 5
+        assert await w.append_message("user", "after") == 6  # the writer's state was rebuilt
+        assert [m.message["content"] for m in (await store.state("b:1")).messages][-2:] == [
+            "m4",
+            "after",
+        ]
+    finally:
+        other.close()
+        await store.close()
