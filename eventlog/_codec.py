@@ -76,9 +76,21 @@ def normalize_key(hash_key: bytes | str | None) -> bytes:
     return hash_key
 
 
-def chain_hash(prev_h: str, body: bytes, key: bytes = b"") -> str:
+#: A fresh hasher per key, copied for every line (cheaper than keying a new one each time).
+_HASHERS: dict[bytes, blake2b] = {}
+
+
+def _new_hasher(key: bytes) -> blake2b:
+    base = blake2b(digest_size=16, key=key)
+    if len(_HASHERS) < 64:  # a process uses a key or two; never grow without bound
+        _HASHERS[key] = base
+    return base
+
+
+def chain_hash(prev_h: str, body: bytes | memoryview, key: bytes = b"") -> str:
     """Return the chained hash of ``body`` after ``prev_h`` (keyed when ``key`` is non-empty)."""
-    hasher = blake2b(prev_h.encode("ascii"), digest_size=16, key=key)
+    hasher = (_HASHERS.get(key) or _new_hasher(key)).copy()
+    hasher.update(prev_h.encode("ascii"))
     hasher.update(body)
     return hasher.hexdigest()
 
@@ -282,14 +294,12 @@ class LineDecoder:
             or buf[end - 2 : end] != _HASH_CLOSE
         ):
             return "no hash field (not a session log line, or cut short)"
-        hasher = blake2b(self.head.encode("ascii"), digest_size=16, key=key)
-        hasher.update(view[start:body_end])
-        h = hasher.hexdigest()
-        if buf[end - 34 : end - 2] != h.encode("ascii"):
-            return "hash mismatch (edited, reordered, or written with another key)"
         # Decode from a copy of just this line: a message's body (msgspec.Raw) references the
         # buffer it was decoded from, and must not keep the whole log (or chunk) alive.
         line = buf[start:end]
+        h = chain_hash(self.head, view[start:body_end], key)
+        if line[-34:-2] != h.encode("ascii"):
+            return "hash mismatch (edited, reordered, or written with another key)"
         if line_too_deep(line):  # the writer refuses such values: never a RecursionError
             return f"nested deeper than {LINE_MAX_DEPTH} containers"
         if self.expect_header:

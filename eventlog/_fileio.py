@@ -70,8 +70,19 @@ def open_nofollow(
             raise
 
 
-def lock_fd(fd: int, key: str, path: str, timeout: float) -> None:
-    """Take the exclusive ``flock`` on ``fd``, waiting up to ``timeout`` seconds."""
+def lock_fd(
+    fd: int,
+    key: str,
+    path: str,
+    timeout: float,
+    while_waiting: Callable[[], bool] | None = None,
+) -> None:
+    """Take the exclusive ``flock`` on ``fd``, waiting up to ``timeout`` seconds.
+
+    ``while_waiting`` is called between tries (True: it did work, so try again at once): a
+    writer folds in, without the lock, what the holder and others append meanwhile, so that
+    little is left to fold once it holds the lock.
+    """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
@@ -82,8 +93,9 @@ def lock_fd(fd: int, key: str, path: str, timeout: float) -> None:
     while True:
         # Holders keep the lock for one write (microseconds): yield the processor a few
         # times, then poll every 50 us, backing off to 1 ms only for a long hold.
-        tries += 1
-        time.sleep(0 if tries <= 8 else min(0.00005 * (1 << min((tries - 8) // 32, 5)), 0.001))
+        if while_waiting is None or not while_waiting():
+            tries += 1
+            time.sleep(0 if tries <= 8 else min(0.00005 * (1 << min((tries - 8) // 32, 5)), 0.001))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
@@ -387,19 +399,29 @@ class FileIO:
     # -- SessionIO -----------------------------------------------------------------------------
 
     def transaction(self, state: SessionState) -> FileIO:
-        """Lock the log for one write and fold in what other writers appended first."""
+        """Lock the log for one write and fold in what other writers appended first.
+
+        When others appended before this writer's last write, the complete lines they have
+        appended since are folded in now, without the lock, so that its hold stays short.
+        """
         self._state = state
+        if self.contended and self._pool is not None:
+            self._catch_up(self.key, self, state, locked=False)
         return self
 
     def append(self, data: bytes) -> None:
         fd = self.fd
-        view = memoryview(data)
         try:
-            while view:
-                written = _write(fd, view)
-                if written <= 0:
-                    raise OSError(errno.EIO, "write returned no progress")
-                view = view[written:]
+            written = _write(fd, data)
+            if written != len(data):  # a short write: write the rest (rare; a full disk)
+                view = memoryview(data)
+                while True:
+                    if written <= 0:
+                        raise OSError(errno.EIO, "write returned no progress")
+                    view = view[written:]
+                    if not view:
+                        break
+                    written = _write(fd, view)
         except OSError as exc:
             self._cut_back(exc)
             raise StorageError(self.name, "append", os.strerror(exc.errno or errno.EIO)) from exc
@@ -529,15 +551,6 @@ class FileIO:
         self._depth = 1
         return True
 
-    def prefold(self, state: SessionState) -> None:
-        """Without the lock: fold in the complete lines others appended (when they did lately).
-
-        Keeps the lock's hold short under contention: only what arrives after this read is
-        left to fold under the lock.
-        """
-        if self.contended and self._pool is not None:
-            self._catch_up(self.key, self, state, locked=False)
-
     def catch_up(self, state: SessionState) -> None:
         """With the lock held: fold into ``state`` what others appended (see the store); roll
         to a new segment when the live one is full."""
@@ -561,6 +574,7 @@ class FileIO:
 
     def __enter__(self) -> None:
         # The hot path of every append: pin, lock, one fstat; the store reads only on a change.
+        # (``FdPool.pin`` and ``unpin`` inlined: this runs once per append.)
         if self._depth:
             self._depth += 1
             return
@@ -568,12 +582,21 @@ class FileIO:
         if pool is None:  # a private descriptor, locked since it was opened
             self._depth = 1
             return
-        fd = pool.pin(self)
+        pinners = self.pinners
+        pinners.append(None)
+        fd = self.fd
+        if self.evicting or fd < 0:
+            pinners.pop()
+            fd = pool.pin(self)
+        else:
+            self.used = _tick()
+        waited = False
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                lock_fd(fd, self.key, self.name, self._lock_timeout)
+                waited = True
+                lock_fd(fd, self.key, self.name, self._lock_timeout, self._fold_waiting)
             self._depth = 1
             try:
                 st = os.fstat(fd)
@@ -587,7 +610,7 @@ class FileIO:
                     self.contended = True
                     self._catch_up(self.key, self, self._state, locked=True)
                 else:
-                    self.contended = False
+                    self.contended = waited
                 if self.segment_bytes and self._size - self.seg.base >= self.segment_bytes:
                     assert self._state is not None
                     self._roll(self._state)
@@ -597,8 +620,24 @@ class FileIO:
                     unlock_fd(self.fd)
                 raise
         except BaseException:
-            pool.unpin(self)
+            pinners.pop()
             raise
+
+    def _fold_waiting(self) -> bool:
+        """While another writer holds the lock: fold in, without it, the complete lines
+        appended so far (True if there were any)."""
+        state = self._state
+        if state is None or self.stale:
+            return False
+        before = self._size
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return False
+        if st.st_size + self.seg.base <= before:
+            return False
+        self._catch_up(self.key, self, state, locked=False)
+        return self._size != before
 
     def __exit__(
         self,
@@ -609,4 +648,12 @@ class FileIO:
         if self._depth > 1 or self._pool is None:
             self._depth -= 1
             return
-        self.unlock()
+        self._depth = 0
+        try:
+            fd = self.fd
+            if fd >= 0:  # else: found removed, and closed
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            if self._retired and len(self.pinners) <= 1:
+                self._close_retired()
+        finally:
+            self.pinners.pop()

@@ -53,8 +53,18 @@ def _counted_text(message: Mapping[str, Any]) -> Iterator[str | bytes]:
         yield _encode(item)
 
 
+#: Keys whose values count besides ``content`` (see ``_counted_text``).
+_COUNTED_KEYS: Final = frozenset(
+    ("name", "tool_call_id", "reasoning_content", "tool_calls", AGENTS_ITEM_KEY)
+)
+
+
 def estimate_tokens(message: Mapping[str, Any]) -> int:
     """Estimate a message's tokens from its UTF-8 length (about 4 bytes a token), at least 4."""
+    content = message.get("content")
+    if type(content) is str and _COUNTED_KEYS.isdisjoint(message):  # most messages: text only
+        size = len(content) if content.isascii() else len(content.encode("utf-8", "surrogatepass"))
+        return max(4, (size + 3) // 4 + 4)
     size = 0
     for part in _counted_text(message):
         if isinstance(part, bytes) or part.isascii():

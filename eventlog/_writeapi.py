@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import os
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -80,9 +81,16 @@ class CompactionResult(msgspec.Struct, frozen=True, kw_only=True):
 MakeEvent = Callable[[SessionState, int, datetime, str], KnownEvent]
 
 
+#: Event ids come from a generator of this process, seeded from ``os.urandom`` (and again in a
+#: forked child, so parent and child never draw the same ids): unique like ``os.urandom``'s,
+#: without a system call per append. A caller's ``random.seed`` does not touch it.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def new_event_id() -> str:
     """A fresh random event id (128 bits, hex)."""
-    return os.urandom(16).hex()
+    return f"{_ids.getrandbits(128):032x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +243,11 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         """``make(seq)`` once ``result`` (a seq, or a coroutine of one) is in."""
 
     def _write(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> _R:
-        return self._submit(draft, check_expected_seq(expected_seq), check_event_id(event_id))
+        if expected_seq is not None:
+            check_expected_seq(expected_seq)
+        if event_id is not None:
+            check_event_id(event_id)
+        return self._submit(draft, expected_seq, event_id)
 
     def append_message(
         self,
@@ -265,7 +277,7 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         id: str | None = None,
     ) -> _R:
         """Append a message dict exactly as given (it must have a non-empty str ``role``)."""
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             raise InvalidEventError(f"a message must be a dict, not {type(message).__name__}")
         role = message.get("role")
         if not isinstance(role, str) or not role:

@@ -124,7 +124,6 @@ class SessionLog:
         # Group commit: which lines are durable; waiters sleep on the condition.
         self.commit = GroupCommit(state.seq, durable=durability != "none")
         self.sync_cond = threading.Condition()
-        self._prefold: Callable[[SessionState], None] | None = getattr(io, "prefold", None)
 
     @property
     def seq(self) -> int:
@@ -155,14 +154,17 @@ class SessionLog:
     def submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
         """Stage, write and fold ``draft`` (one transaction); wait for durability."""
         with self.lock:
-            if self._prefold is not None:
-                self._prefold(self.state)
-            with self.transaction():
-                if self.state.seq < self.commit.written:  # the log was cut back and reloaded
-                    self.commit.rebase(self.state.seq)
-                self.commit.check()
+            state = self.state
+            if self.closed:
+                self.check_open()
+            with self.io.transaction(state):
+                commit = self.commit
+                if state.seq < commit.written:  # the log was cut back and reloaded
+                    commit.rebase(state.seq)
+                if commit.failure is not None:
+                    commit.check()
                 staged = stage(
-                    self.state,
+                    state,
                     draft,
                     key=self.key,
                     hash_key=self.hash_key,
@@ -225,18 +227,21 @@ class SessionLog:
 
     def _write_line(self, staged: Staged) -> int:
         io, event = self.io, staged.event
-        before = io.size()
-        io.append(staged.line)
         if self.durability == "always":
+            before = io.size()
+            io.append(staged.line)
             try:
                 io.sync()
             except StorageError as exc:
                 self._cut_back(before, exc)
                 raise
-        apply(self.state, event)
-        self.commit.wrote(event.seq)
-        if self.durability == "always":
+            apply(self.state, event)
+            self.commit.wrote(event.seq)
             self.commit.confirm(event.seq)
+        else:
+            io.append(staged.line)
+            apply(self.state, event)
+            self.commit.wrote(event.seq)
         return event.seq
 
     def _cut_back(self, size: int, cause: StorageError) -> None:
@@ -410,5 +415,6 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
         return make(result)
 
     def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
-        self._check_open()
+        if self._closed or self._log.closed:
+            self._check_open()
         return self._send(draft, expected_seq, event_id)

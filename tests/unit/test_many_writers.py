@@ -64,6 +64,54 @@ def test_an_uncontended_append_reads_nothing(
     other.close()
 
 
+def test_a_writer_waiting_for_the_lock_folds_in_what_others_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another holds the lock, a writer folds in the complete lines already there, so
+    that its own hold is short; it stages only once it holds the lock."""
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    w.append_message("user", "mine 1")
+    with FileStore(tmp_path, durability="none") as other, other.session(KEY) as theirs:
+        for i in range(3):
+            theirs.append_message("user", f"theirs {i}")
+    holding = threading.Event()
+    reads: list[bool] = []
+    real = _fileio.FileIO.read_from
+
+    def noting(self: _fileio.FileIO, offset: int) -> bytes:
+        reads.append(holding.is_set())
+        return real(self, offset)
+
+    monkeypatch.setattr(_fileio.FileIO, "read_from", noting)
+    fd = os.open(store.path_for(KEY), os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another holder of the log's lock
+    holding.set()
+    seqs: list[int] = []
+    appender = threading.Thread(target=lambda: seqs.append(w.append_message("user", "mine 2")))
+    appender.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not reads and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert reads == [True] and w.seq == 4  # folded while the lock was held elsewhere
+        assert appender.is_alive()  # and not written
+    finally:
+        holding.clear()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        appender.join(10)
+    assert seqs == [5] and reads == [True]  # nothing left to read under the lock
+    assert contents(store.read_bytes(KEY)) == [
+        "mine 1",
+        "theirs 0",
+        "theirs 1",
+        "theirs 2",
+        "mine 2",
+    ]
+    store.close()
+
+
 def test_a_dead_writers_partial_line_found_under_the_lock_is_quarantined(tmp_path: Path) -> None:
     store = FileStore(tmp_path, durability="always")
     w = store.session(KEY)
@@ -233,6 +281,8 @@ def test_a_forked_child_writes_through_its_own_state(tmp_path: Path) -> None:
     got = contents(store.read_bytes(KEY))
     assert len(got) == 42 and got[-1] == "parent last"
     assert [c for c in got if c.startswith("child")] == [f"child {i}" for i in range(20)]
+    ids = [e.id for e in store.load(KEY).events]
+    assert len(set(ids)) == len(ids)  # the child draws its own event ids, not the parent's
     assert store.load(KEY).state == w.state
     store.close()
 
