@@ -18,6 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "async_sigterm.py"
 
 
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_sigterm_example_flushes_everything(tmp_path: Path, backend: str) -> None:
     root = tmp_path / "store"
@@ -30,7 +37,12 @@ def test_sigterm_example_flushes_everything(tmp_path: Path, backend: str) -> Non
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(0.3)
+    # Signal once every agent has an acknowledged append (its second line is being written
+    # only after its first append returned); a fixed sleep was too short on a loaded machine.
+    paths = [FileStore(root).path_for(f"chat:{n}") for n in range(4)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(_lines(p) >= 3 for p in paths):
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
