@@ -232,8 +232,8 @@ class AsyncBaseStore:
                 hash_key=sync.hash_key,
                 token_counter=sync.token_counter,
                 batch_window=sync.batch_window,
-                sync_in_thread=self._offload,
             )
+            log.sync_in_thread = self._offload
             log.settle = sync._views.settler(key)
             writer = AsyncSessionWriter(log, on_close=self._forget)
             await self._run(partial(sync._arm_writer, writer))  # an encrypted store's sealer

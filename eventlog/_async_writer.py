@@ -32,19 +32,16 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._commit import GroupCommit
-from ._errors import StorageError, StoreClosedError
-from ._events import KnownEvent
+from ._errors import StorageError
 from ._fold import SessionState, apply
-from ._tokens import TokenCounter
-from ._writeapi import CompactionResult, Draft, WriteAPI, stage
-from ._writer import Durability, SessionIO
+from ._writeapi import CompactionResult, Draft
+from ._writerbase import LogArgs, LogBase, SessionIO, WriterBase
 
 
 class LockableIO(SessionIO, Protocol):
@@ -60,36 +57,15 @@ class LockableIO(SessionIO, Protocol):
         """Release the lock."""
 
 
-class AsyncSessionLog:
+class AsyncSessionLog(LogBase):
     """One session's write state in one async store, shared by its writer handles."""
 
-    def __init__(
-        self,
-        *,
-        key: str,
-        io: SessionIO,
-        state: SessionState,
-        durability: Durability,
-        hash_key: bytes,
-        token_counter: TokenCounter,
-        batch_window: float = 0.0,
-        sync_in_thread: bool = True,
-    ) -> None:
-        self.key = key
-        self.io = io
-        self.state = state
-        self.durability = durability
-        self.hash_key = hash_key
-        self.token_counter = token_counter
-        self.batch_window = batch_window
-        self.sync_in_thread = sync_in_thread
-        self.closed = False
-        #: Seals an event for its line (an encrypted store arms it; None: written as is).
-        self.seal: Callable[[KnownEvent], KnownEvent] | None = None
-        #: Called with the state after each write, outside the log's lock (a store that can
-        #: index the writer's own events arms it, so they leave memory; None: nothing).
-        self.settle: Callable[[SessionState], None] | None = None
-        self.commit = GroupCommit(state.seq, durable=durability != "none")
+    #: fsync in a worker thread (False: on the loop, for a store whose I/O is offloaded).
+    sync_in_thread = True
+
+    def __init__(self, **args: Unpack[LogArgs]) -> None:
+        super().__init__(**args)
+        io = self.io
         lockable = all(hasattr(io, name) for name in ("lock", "catch_up", "unlock"))
         self._lockable: LockableIO | None = io if lockable else None  # type: ignore[assignment]
         # Tasks waiting for the lock (the first waits in a thread, the rest on ``_turn``).
@@ -101,26 +77,11 @@ class AsyncSessionLog:
         self._in_flight = 0
         self._idle: anyio.Event | None = None
 
-    @property
-    def seq(self) -> int:
-        """The seq of the last event this log knows of."""
-        return self.state.seq
-
-    @property
-    def poisoned(self) -> bool:
-        """An fsync failed: the log takes no more appends; the store opens a fresh one."""
-        return self.commit.failure is not None
-
     def abandon(self) -> None:
         """Close a poisoned log without syncing (its writers' appends then raise)."""
         if not self.closed and not self._in_flight:
             self.closed = True
             self.io.close()
-
-    def check_open(self) -> None:
-        """Raise :class:`StoreClosedError` once the log is closed."""
-        if self.closed:
-            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
 
     async def submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
         """Stage, write and fold ``draft`` under the log's lock; wait for durability."""
@@ -151,7 +112,7 @@ class AsyncSessionLog:
         await self._acquire(io)
         try:
             io.catch_up(self.state)
-            self._rebase_if_reloaded()
+            self.rebase_if_reloaded()
         finally:
             io.unlock()
         return self.state.seq
@@ -163,7 +124,7 @@ class AsyncSessionLog:
         await self._acquire(io)
         try:
             io.catch_up(self.state)
-            self._rebase_if_reloaded()
+            self.rebase_if_reloaded()
             return self._write_now(draft, expected_seq, event_id)
         finally:
             io.unlock()
@@ -193,23 +154,10 @@ class AsyncSessionLog:
         finally:
             self._waiting -= 1
 
-    def _rebase_if_reloaded(self) -> None:
-        if self.state.seq < self.commit.written:
-            self.commit.rebase(self.state.seq)
-
     def _write_now(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
         """Stage, write and fold one event with no await: the serialisation point."""
         self.check_open()
-        self.commit.check()
-        staged = stage(
-            self.state,
-            draft,
-            key=self.key,
-            hash_key=self.hash_key,
-            expected_seq=expected_seq,
-            event_id=event_id,
-            seal=self.seal,
-        )
+        staged = self.stage(draft, expected_seq, event_id)
         if isinstance(staged, int):
             return staged
         event = staged.event
@@ -307,7 +255,9 @@ class AsyncSessionLog:
             done.set()
 
 
-class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, CompactionResult]]):
+class AsyncSessionWriter(
+    WriterBase[Coroutine[Any, Any, int], Coroutine[Any, Any, CompactionResult], AsyncSessionLog]
+):
     """Appends events to one session from async code; from ``await store.session(key)``.
 
     Same methods as :class:`SessionWriter`; each write is awaited and resolves to its seq.
@@ -315,7 +265,7 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
     threads: use ``anyio.from_thread.run`` from a worker thread).
     """
 
-    _io: SessionIO
+    _log_type = AsyncSessionLog
 
     def __init__(
         self,
@@ -324,58 +274,8 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
         on_close: Callable[[AsyncSessionWriter], Awaitable[None]] | None = None,
         owns_log: bool = False,
     ) -> None:
-        self.key = log.key
-        self._log = log
-        self._io = log.io
-        self._state = log.state
-        self._count_tokens = log.token_counter
+        super().__init__(log, owns_log=owns_log)
         self._on_close = on_close
-        self._owns_log = owns_log
-        self._closed = False
-
-    @classmethod
-    def standalone(
-        cls,
-        *,
-        key: str,
-        io: SessionIO,
-        state: SessionState,
-        durability: Durability,
-        hash_key: bytes,
-        token_counter: TokenCounter,
-        batch_window: float = 0.0,
-        sync_in_thread: bool = True,
-    ) -> AsyncSessionWriter:
-        """A writer with a log of its own over ``io`` (closing it closes ``io``)."""
-        log = AsyncSessionLog(
-            key=key,
-            io=io,
-            state=state,
-            durability=durability,
-            hash_key=hash_key,
-            token_counter=token_counter,
-            batch_window=batch_window,
-            sync_in_thread=sync_in_thread,
-        )
-        return cls(log, owns_log=True)
-
-    @property
-    def closed(self) -> bool:
-        """True once ``close()`` was called (or the store closed, or the session was deleted)."""
-        return self._closed or self._log.closed
-
-    @property
-    def log(self) -> AsyncSessionLog:
-        """The shared log this writer appends to."""
-        return self._log
-
-    @property
-    def _seal(self) -> Callable[[KnownEvent], KnownEvent] | None:
-        return self._log.seal
-
-    @_seal.setter
-    def _seal(self, seal: Callable[[KnownEvent], KnownEvent] | None) -> None:
-        self._log.seal = seal
 
     @property
     def durable_seq(self) -> int:
@@ -417,10 +317,6 @@ class AsyncSessionWriter(WriteAPI[Coroutine[Any, Any, int], Coroutine[Any, Any, 
         await self.close()
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
 
     async def _then(
         self, result: Coroutine[Any, Any, int], make: Callable[[int], CompactionResult]

@@ -32,114 +32,52 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Literal, Protocol
+from typing import Unpack
 
-from ._commit import GroupCommit
-from ._errors import InvalidEventError, StorageError, StoreClosedError
-from ._events import KnownEvent
-from ._fold import SessionState, apply
-from ._tokens import TokenCounter
-from ._writeapi import CompactionResult, Draft, Staged, WriteAPI, new_event_id, stage
+from ._errors import StorageError
+from ._fold import apply
+from ._writeapi import CompactionResult, Draft, Staged, new_event_id
+from ._writerbase import (
+    DURABILITIES,
+    Durability,
+    LogArgs,
+    LogBase,
+    SessionIO,
+    WriterBase,
+    check_durability,
+)
 
-Durability = Literal["always", "batch", "none"]
-DURABILITIES: tuple[str, ...] = ("always", "batch", "none")
 __all__ = (
     "DURABILITIES",
     "Durability",
     "SessionIO",
     "SessionLog",
     "SessionWriter",
+    "check_durability",
     "new_event_id",
 )
 
 
-class SessionIO(Protocol):
-    """What a store gives a writer: one session's bytes."""
-
-    name: str
-
-    def transaction(self, state: SessionState) -> AbstractContextManager[object]:
-        """A context manager around one write: lock the log and first fold into ``state`` what
-        other writers appended (a log no one else writes may return a null context)."""
-
-    def append(self, data: bytes) -> None:
-        """Write all of ``data`` at the end, or raise StorageError leaving the log unchanged."""
-
-    def sync(self) -> None:
-        """Make everything appended so far durable, or raise StorageError."""
-
-    def truncate(self, size: int) -> None:
-        """Cut the log back to ``size`` bytes."""
-
-    def size(self) -> int:
-        """The log's length in bytes."""
-
-    def close(self) -> None:
-        """Release the session (and anything held for it)."""
-
-
-def check_durability(durability: str) -> Durability:
-    """Return ``durability`` if it is one of ``always``, ``batch``, ``none``; else raise."""
-    if durability not in DURABILITIES:
-        raise InvalidEventError(
-            f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}"
-        )
-    return durability  # type: ignore[return-value]
-
-
-class SessionLog:
+class SessionLog(LogBase):
     """One session's write state in one store: its I/O, folded state and group commit.
 
     Shared by every :class:`SessionWriter` handle the store gives out for the session; safe to
     use from many threads.
     """
 
-    def __init__(
-        self,
-        *,
-        key: str,
-        io: SessionIO,
-        state: SessionState,
-        durability: Durability,
-        hash_key: bytes,
-        token_counter: TokenCounter,
-        batch_window: float = 0.0,
-    ) -> None:
-        self.key = key
-        self.io = io
-        self.state = state
-        self.durability = durability
-        self.hash_key = hash_key
-        self.token_counter = token_counter
-        self.batch_window = batch_window
-        self.closed = False
-        #: Seals an event for its line (an encrypted store arms it; None: written as is).
-        self.seal: Callable[[KnownEvent], KnownEvent] | None = None
-        #: Called with the state after each write, outside the log's lock (a store that can
-        #: index the writer's own events arms it, so they leave memory; None: nothing).
-        self.settle: Callable[[SessionState], None] | None = None
+    def __init__(self, **args: Unpack[LogArgs]) -> None:
+        super().__init__(**args)
         #: Writers the store gave out and that are not closed yet.
         self.handles = 0
         self.lock = threading.RLock()
-        # Group commit: which lines are durable; waiters sleep on the condition.
-        self.commit = GroupCommit(state.seq, durable=durability != "none")
+        # Group commit: waiters for an fsync sleep on the condition.
         self.sync_cond = threading.Condition()
-
-    @property
-    def seq(self) -> int:
-        """The seq of the last event this log knows of."""
-        return self.state.seq
 
     def reset_locks(self) -> None:
         """In a forked child: fresh locks (a parent thread may have held the old ones)."""
         self.lock = threading.RLock()
         self.sync_cond = threading.Condition()
         self.commit.syncing = False
-
-    def check_open(self) -> None:
-        """Raise :class:`StoreClosedError` once the log is closed."""
-        if self.closed:
-            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
 
     def transaction(self) -> AbstractContextManager[object]:
         """The I/O's write transaction (lock, catch up)."""
@@ -158,20 +96,7 @@ class SessionLog:
             if self.closed:
                 self.check_open()
             with self.io.transaction(state):
-                commit = self.commit
-                if state.seq < commit.written:  # the log was cut back and reloaded
-                    commit.rebase(state.seq)
-                if commit.failure is not None:
-                    commit.check()
-                staged = stage(
-                    state,
-                    draft,
-                    key=self.key,
-                    hash_key=self.hash_key,
-                    expected_seq=expected_seq,
-                    event_id=event_id,
-                    seal=self.seal,
-                )
+                staged = self.stage(draft, expected_seq, event_id)
                 seq = staged if isinstance(staged, int) else self._write_line(staged)
             if self.settle is not None:
                 self.settle(self.state)
@@ -207,21 +132,12 @@ class SessionLog:
                 self.closed = True
                 self.io.close()
 
-    @property
-    def poisoned(self) -> bool:
-        """An fsync failed: the log takes no more appends; the store opens a fresh one."""
-        return self.commit.failure is not None
-
     def abandon(self) -> None:
         """Close a poisoned log without syncing (its writers' appends then raise)."""
         with self.lock:
             if not self.closed:
                 self.closed = True
                 self.io.close()
-
-    def rebase(self) -> None:
-        """The state was reloaded from the log: count lines from its seq on."""
-        self.commit.rebase(self.state.seq)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -292,7 +208,7 @@ class SessionLog:
             cond.notify_all()
 
 
-class SessionWriter(WriteAPI[int, CompactionResult]):
+class SessionWriter(WriterBase[int, CompactionResult, SessionLog]):
     """Appends events to one session; obtained from ``store.session(key)``.
 
     Every write method accepts ``expected_seq=`` (raise :class:`ConflictError` unless the log's
@@ -301,7 +217,7 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
     thread may also take its own (``with store.session(key) as w:``) and close it when done.
     """
 
-    _io: SessionIO
+    _log_type = SessionLog
 
     def __init__(
         self,
@@ -311,58 +227,10 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
         owns_log: bool = False,
         submit: Callable[[Draft, int | None, str | None], int] | None = None,
     ) -> None:
-        self.key = log.key
-        self._log = log
+        super().__init__(log, owns_log=owns_log)
         # How an append reaches the log (a backend's own writer may do it its way).
         self._send = submit or log.submit
-        self._io = log.io
-        self._state = log.state
-        self._count_tokens = log.token_counter
         self._on_close = on_close
-        self._owns_log = owns_log
-        self._closed = False
-
-    @classmethod
-    def standalone(
-        cls,
-        *,
-        key: str,
-        io: SessionIO,
-        state: SessionState,
-        durability: Durability,
-        hash_key: bytes,
-        token_counter: TokenCounter,
-        batch_window: float = 0.0,
-    ) -> SessionWriter:
-        """A writer with a log of its own over ``io`` (closing it closes ``io``)."""
-        log = SessionLog(
-            key=key,
-            io=io,
-            state=state,
-            durability=durability,
-            hash_key=hash_key,
-            token_counter=token_counter,
-            batch_window=batch_window,
-        )
-        return cls(log, owns_log=True)
-
-    @property
-    def closed(self) -> bool:
-        """True once ``close()`` was called (or the store closed, or the session was deleted)."""
-        return self._closed or self._log.closed
-
-    @property
-    def log(self) -> SessionLog:
-        """The shared log this writer appends to."""
-        return self._log
-
-    @property
-    def _seal(self) -> Callable[[KnownEvent], KnownEvent] | None:
-        return self._log.seal
-
-    @_seal.setter
-    def _seal(self, seal: Callable[[KnownEvent], KnownEvent] | None) -> None:
-        self._log.seal = seal
 
     @property
     def _lock(self) -> threading.RLock:
@@ -406,10 +274,6 @@ class SessionWriter(WriteAPI[int, CompactionResult]):
         self.close()
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed or self._log.closed:
-            raise StoreClosedError(f"the writer for session {self.key!r} is closed")
 
     def _then(self, result: int, make: Callable[[int], CompactionResult]) -> CompactionResult:
         return make(result)
