@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import abc
 import os
-import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,16 +80,21 @@ class CompactionResult(msgspec.Struct, frozen=True, kw_only=True):
 MakeEvent = Callable[[SessionState, int, datetime, str], KnownEvent]
 
 
-#: Event ids come from a generator of this process, seeded from ``os.urandom`` (and again in a
-#: forked child, so parent and child never draw the same ids): unique like ``os.urandom``'s,
-#: without a system call per append. A caller's ``random.seed`` does not touch it.
-_ids = random.Random()
-os.register_at_fork(after_in_child=_ids.seed)
+#: Event ids are drawn from ``os.urandom`` 256 at a time (one system call, not one per append),
+#: so they stay unpredictable from earlier ids. A forked child drops the pool it inherited, so
+#: parent and child never draw the same ids.
+_ids: list[str] = []
+os.register_at_fork(after_in_child=_ids.clear)
 
 
 def new_event_id() -> str:
     """A fresh random event id (128 bits, hex)."""
-    return f"{_ids.getrandbits(128):032x}"
+    while True:
+        try:
+            return _ids.pop()
+        except IndexError:  # empty (another thread may have taken the last one)
+            pool = os.urandom(16 * 256).hex()
+            _ids.extend(pool[i : i + 32] for i in range(0, len(pool), 32))
 
 
 @dataclass(frozen=True, slots=True)
