@@ -548,6 +548,10 @@ class AsyncFileStore(AsyncBaseStore):
         """Gzip the closed segments of ``key``'s log (see :meth:`FileStore.compress_segments`)."""
         return await self._run(lambda: self._files.compress_segments(key))
 
+    async def stray_segments(self) -> list[tuple[Path, str]]:
+        """Closed-segment files no log reads (see :meth:`FileStore.stray_segments`)."""
+        return await self._run(self._files.stray_segments)
+
     async def clean_leftovers(self) -> list[str]:
         """Remove what crashed processes left (see :meth:`FileStore.clean_leftovers`)."""
         return await self._run(self._files.clean_leftovers)

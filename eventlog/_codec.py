@@ -171,6 +171,8 @@ class Decoded:
     version: int = 0
     #: The segment the last valid line is in (1 for a log not in segments; 0: not known).
     segment: int = 0
+    #: The hash of each later segment's header, by the seq it follows (a head may be one).
+    links: dict[int, str] = field(default_factory=dict)
 
     @property
     def last_seq(self) -> int:
@@ -210,6 +212,7 @@ class LineDecoder:
         #: The segment the last line is in (0: not known, in a tail read without its header).
         self.segment = 0
         self.version = 0
+        self.links: dict[int, str] = {}
         self._buf = b""
         self._more_after_bad = False
 
@@ -262,6 +265,7 @@ class LineDecoder:
             lines=self.line_no,
             version=self.version,
             segment=self.segment,
+            links=self.links,
         )
 
     def finish(self) -> TornTail | None:
@@ -352,6 +356,7 @@ class LineDecoder:
             return reason
         self.segment = header.segment
         self.version = max(self.version, header.version)
+        self.links[header.seq] = h
         self.head = h
         return None
 

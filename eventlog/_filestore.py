@@ -29,7 +29,7 @@ from ._fileio import READ_FLAGS, open_nofollow
 from ._keystore import FileKeyStore, KeyProvider, KeyStore
 from ._names import check_key, key_to_stem
 from ._safeio import fsync_dir, remove, storage_error, sweep_temps, write_atomic, write_new
-from ._segfiles import read_live_start, read_segment
+from ._segfiles import clean_rolls, read_live_start, read_segment, stray_segments
 from ._segments import DEFAULT_SEGMENT_BYTES, segment_name, segment_starts
 from ._store import BaseStore
 from ._store_types import CutReport
@@ -160,6 +160,12 @@ class FileStore(BaseStore):
             fsync_dir(str(self.root))
         return done
 
+    def stray_segments(self) -> list[tuple[Path, str]]:
+        """Closed-segment files that no log reads (of no session, or numbered at or past its
+        live segment), each with why; nothing is changed (``clean_leftovers`` removes those a
+        crashed roll left)."""
+        return [(Path(p), why) for p, why in stray_segments(str(self.root))]
+
     def import_bytes(
         self, key: str, data: bytes, *, rejected: Sequence[tuple[str, int, int, bytes]] = ()
     ) -> str:
@@ -248,6 +254,7 @@ class FileStore(BaseStore):
         Temporaries of live processes are left alone. Returns what was done, one sentence each.
         """
         done = [f"removed the temporary {path}" for path in sweep_temps(str(self.root))]
+        done += clean_rolls(str(self.root))
         trash = self.root / ".trash"
         if trash.is_dir() and not trash.is_symlink():
             lock = self._files.trash().lock()

@@ -39,7 +39,7 @@ from ._codec import encode_line
 from ._errors import CorruptLogError, StorageError, UnsafePathError
 from ._events import Header
 from ._safeio import open_regular, read_fd, read_regular, storage_error
-from ._segments import next_header, segment_name, segment_number
+from ._segments import next_header, parse_segment_name, segment_name, segment_number
 
 _header_decoder = msgspec.json.Decoder(Header)
 
@@ -292,3 +292,91 @@ def rolled_away(root: str, stem: str, segment: int, ident: tuple[int, int]) -> b
     except FileNotFoundError:
         return False
     return (st.st_dev, st.st_ino) == ident
+
+
+def _lock_free(path: str) -> int | None:
+    """A descriptor holding ``path``'s lock when nobody else holds it (None: busy or absent)."""
+    try:
+        fd = open_regular(path, os.O_RDONLY, action="open")
+    except (FileNotFoundError, UnsafePathError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def clean_rolls(root: str) -> list[str]:
+    """Remove what rolls that crashed left: ``.<stem>.roll`` files, and a closed segment's name
+    that is a second link to the live file. Only under the live log's lock (a roll in progress
+    holds it, so its files are never touched). Returns what was done, one sentence each."""
+    done: list[str] = []
+    with os.scandir(root) as listing:
+        entries = list(listing)
+    for entry in entries:
+        name = entry.name
+        if name.startswith(".") and name.endswith(".roll"):
+            stem, leftover = name[1 : -len(".roll")], entry.path
+            what = "the unfinished roll"
+        elif (parsed := parse_segment_name(name)) is not None and not parsed[2]:
+            stem, leftover = parsed[0], entry.path
+            what = "the second link of a roll that crashed before its rename,"
+        else:
+            continue
+        live = os.path.join(root, stem + ".jsonl")
+        fd = _lock_free(live)
+        if fd is None:
+            if name.endswith(".roll") and not os.path.lexists(live):
+                fd = -1  # no log: nobody can be rolling it
+            else:
+                continue
+        try:
+            if not name.endswith(".roll"):
+                st, there = os.fstat(fd), os.lstat(leftover)
+                if (st.st_dev, st.st_ino) != (there.st_dev, there.st_ino):
+                    continue  # a real closed segment
+            os.unlink(leftover)
+            done.append(f"removed {what} {leftover}")
+        except OSError:  # gone meanwhile, or not a file we may remove: leave it
+            pass
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    return done
+
+
+def stray_segments(root: str) -> list[tuple[str, str]]:
+    """Closed-segment names that no log reads, with why: (path, reason)."""
+    out: list[tuple[str, str]] = []
+    lives: dict[str, LiveStart | None] = {}
+    with os.scandir(root) as listing:
+        entries = sorted(listing, key=lambda e: e.name)
+    for entry in entries:
+        parsed = parse_segment_name(entry.name)
+        if parsed is None:
+            continue
+        stem, n, _ = parsed
+        if stem not in lives:
+            try:
+                fd = open_regular(os.path.join(root, stem + ".jsonl"), os.O_RDONLY, action="open")
+            except (FileNotFoundError, UnsafePathError):
+                lives[stem] = None
+            else:
+                try:
+                    lives[stem] = read_live_start(fd)
+                finally:
+                    os.close(fd)
+        live = lives[stem]
+        if live is None:
+            out.append((entry.path, "a segment of no log in this store (planted, or left)"))
+        elif n >= live.segment:
+            out.append(
+                (
+                    entry.path,
+                    f"segment {n} of a log whose live segment is {live.segment}: no reader reads "
+                    "it (left by a crashed roll, or planted)",
+                )
+            )
+    return out

@@ -165,7 +165,8 @@ def check_heads(report: SessionVerify, checked: Checked, recorded: list[Recorded
                 )
             continue
         at = header.h if rec.seq == base else checked.events[rec.seq - base - 1].h
-        if at != rec.head:
+        links = checked.decoded.links if checked.decoded is not None else {}
+        if at != rec.head and links.get(rec.seq) != rec.head:  # a segment header is a head too
             report.problems.append(
                 Finding(
                     report.path,
@@ -256,6 +257,9 @@ def verify(
             # Deleted while we were verifying the others: not a problem of the store.
     if key is None and isinstance(store, FileStore):
         report.store_problems.extend(_stray_logs(store, keys))
+        report.store_problems.extend(
+            Finding(str(path), 1, f"{why}; left untouched") for path, why in store.stray_segments()
+        )
     report.seconds = time.perf_counter() - started
     return report
 

@@ -308,6 +308,7 @@ def test_kill_9_at_every_step_of_a_roll(tmp_path: Path, step: str) -> None:
     store = FileStore(tmp_path, durability="none", segment_bytes=SMALL)
     before = store.load(KEY, snapshot=False).state.seq
     assert before >= 1
+    assert replay.recover(store).ok  # removes what the roll left (see the next test)
     assert replay.verify(store).ok, replay.verify(store)
     live = os.stat(store.path_for(KEY)).st_ino
     assert all(os.stat(p).st_ino != live for p in store._files.segment_paths(KEY))
@@ -589,3 +590,51 @@ def test_a_segment_compressed_while_it_is_read_is_read_compressed(
     monkeypatch.setattr(_segfiles, "read_segment", compressing_meanwhile)
     assert store.read_bytes(KEY) == before
     assert calls
+
+
+def test_recover_removes_what_a_crashed_roll_left_and_verify_names_strays(
+    tmp_path: Path,
+) -> None:
+    for step in ("header", "linked"):
+        root = tmp_path / step
+        ctx = multiprocessing.get_context("fork")
+        proc = ctx.Process(target=_crash_at, args=(str(root), step))
+        proc.start()
+        proc.join(30)
+        assert proc.exitcode == -signal.SIGKILL
+        store = FileStore(root, durability="none", segment_bytes=SMALL)
+        if step == "linked":
+            [(path, why)] = store.stray_segments()
+            assert (
+                "crashed roll" in why
+                and os.stat(path).st_ino == os.stat(store.path_for(KEY)).st_ino
+            )
+            assert not replay.verify(store).ok
+        else:
+            assert (root / f".{STEM}.roll").exists()
+        done = store.clean_leftovers()
+        assert done and all("roll" in line for line in done), done
+        assert store.stray_segments() == []
+        assert not (root / f".{STEM}.roll").exists()
+        assert replay.verify(store).ok
+        _fill(store, 30, start=500)
+        assert replay.verify(store).ok
+
+
+def test_a_planted_segment_of_no_log_is_named_and_left_alone(
+    rolled: tuple[FileStore, Path],
+) -> None:
+    store, root = rolled
+    (root / "nobody.1.seg").write_bytes(b"planted\n")
+    (root / f"{STEM}.99.seg").write_bytes(b"planted\n")
+    with store.session(KEY) as w:  # a writer holds the log: nothing of it is touched
+        assert store.clean_leftovers() == []
+        w.append_message("user", "still writable")
+    found = {p.name: why for p, why in store.stray_segments()}
+    assert set(found) == {"nobody.1.seg", f"{STEM}.99.seg"}
+    report = replay.verify(store)
+    assert not report.ok
+    assert {Path(f.file).name for f in report.store_problems} >= set(found)
+    assert store.clean_leftovers() == []  # not a roll's leftover: left for a human
+    assert (root / "nobody.1.seg").exists() and (root / f"{STEM}.99.seg").exists()
+    assert store.load(KEY).state.seq == 61
