@@ -44,6 +44,10 @@ from ._segments import next_header, parse_segment_name, segment_name, segment_nu
 _header_decoder = msgspec.json.Decoder(Header)
 
 
+# Indirection the fault-injection tests patch (disk full while writing the new header).
+_write = os.write
+
+
 def _step(name: str) -> None:
     """Between the roll's steps: the crash tests patch this to kill the process there."""
 
@@ -249,7 +253,8 @@ def roll(
         fcntl.flock(new, fcntl.LOCK_EX)
         os.fchmod(new, 0o600)
         _step("created")
-        os.write(new, line)
+        if _write(new, line) != len(line):  # the disk filled up mid-line
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         if sync:
             os.fsync(new)
             os.fsync(fd)  # the closed segment is whole on disk before it is named closed

@@ -25,6 +25,7 @@ from sessionledger.eventlog import (
     MemoryStore,
     NewerFormatError,
     PostgresStore,
+    StorageError,
     UnsafePathError,
     _segfiles,
     decode_log,
@@ -638,3 +639,32 @@ def test_a_planted_segment_of_no_log_is_named_and_left_alone(
     assert store.clean_leftovers() == []  # not a roll's leftover: left for a human
     assert (root / "nobody.1.seg").exists() and (root / f"{STEM}.99.seg").exists()
     assert store.load(KEY).state.seq == 61
+
+
+@pytest.mark.parametrize("fault", ["raise", "short"])
+def test_a_full_disk_at_a_roll_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    store = _store(tmp_path)
+    _fill(store, 10)
+    before = store.read_bytes(KEY)
+
+    def full(fd: int, data: bytes) -> int:
+        if fault == "raise":
+            raise OSError(28, "No space left on device")
+        return os.write(fd, data[:3])
+
+    monkeypatch.setattr(_segfiles, "_write", full)
+    w = _store(tmp_path).session(KEY)
+    with pytest.raises(StorageError, match="roll"):
+        for i in range(30):
+            w.append_message("user", f"d{i} " + "f" * 60)
+    data = store.read_bytes(KEY)
+    assert data.startswith(before) and replay.verify(store).ok
+    assert not (tmp_path / f".{STEM}.roll").exists()
+    assert os.stat(store.path_for(KEY)).st_mode & 0o200  # still the writable live log
+    monkeypatch.undo()
+    w.append_message("user", "the disk has room again")
+    w.close()
+    assert replay.verify(_store(tmp_path)).ok
+    assert _segments(tmp_path)
