@@ -298,6 +298,10 @@ class AsyncBaseStore:
         """
         return self._sync.on_end(hook)
 
+    def on_close(self, hook: Callable[[], object]) -> Callable[[], object]:
+        """Register ``hook()``, called once when the store closes (see :meth:`BaseStore.on_close`)."""
+        return self._sync.on_close(hook)
+
     async def archive(self, key: str) -> bool:
         """End ``key`` as archived; False if it already was (see :meth:`BaseStore.archive`)."""
         return await self._run(partial(self._sync.archive, key))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self, cast
@@ -129,6 +129,8 @@ class BaseStore(PrivacyOps):
         self._reports: dict[str, OpenReport] = {}
         self._mutex = threading.RLock()
         self._closed = False
+        #: Run once by :meth:`close` (projections' connections: the search index).
+        self._close_hooks: list[Callable[[], object]] = []
         _STORES.add(self)
 
     def _describe(self, key: str) -> str:
@@ -458,17 +460,33 @@ class BaseStore(PrivacyOps):
         """The log's length and its bytes from ``offset`` on (for followers)."""
         return self._backend.read_tail(check_key(key), offset)
 
+    def on_close(self, hook: Callable[[], object]) -> Callable[[], object]:
+        """Register ``hook()``, called once when the store closes, after its writers (what a
+        projection opened for this store, e.g. the search index's connection, closes then)."""
+        if not callable(hook):
+            raise InvalidEventError(f"a close hook must be callable, not {hook!r}")
+        with self._mutex:
+            self._close_hooks.append(hook)
+        return hook
+
     def close(self) -> None:
-        """Sync and close every open writer (graceful shutdown, like nanobot's ``flush_all``)."""
+        """Sync and close every open writer (graceful shutdown, like nanobot's ``flush_all``),
+        then run the close hooks (see :meth:`on_close`)."""
         with self._mutex:
             logs = list(self._writers.values())
             self._writers.clear()
             self._closed = True
+            hooks, self._close_hooks = self._close_hooks, []
         errors: list[BaseException] = []
         for log in logs:
             try:
                 log.close()
             except Exception as exc:  # close the others, then report the first
+                errors.append(exc)
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as exc:
                 errors.append(exc)
         if errors:
             raise errors[0]

@@ -15,6 +15,8 @@ Rules:
 - The embedded default is SQLite FTS5 from the standard library (file store: ``.search.sqlite3``
   in the store's directory; memory store: in memory). A PostgreSQL store uses PostgreSQL's own
   full text search, in tables of its schema.
+- The index's connection closes with its store (``store.close()``, or leaving ``with store:``);
+  a search after that opens it again.
 - A query is words, matched all at once (each word as written, case and accents folded); no
   query syntax is passed through, so no input is a syntax error.
 """
@@ -26,6 +28,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any, Final, Literal, Protocol
 
 import msgspec
@@ -168,6 +171,10 @@ class Backend(Protocol):
         """Delete the index."""
         ...
 
+    def close(self) -> None:
+        """Close its connection (the index stays; the next use opens it again)."""
+        ...
+
 
 # -- what is indexed ------------------------------------------------------------------------------
 
@@ -274,7 +281,17 @@ def _backend(store: BaseStore) -> Backend:
         got = _backends.get(store)
         if got is None:
             got = _backends[store] = _new_backend(store)
+            store.on_close(partial(_close_backend, weakref.ref(store), got))
         return got
+
+
+def _close_backend(ref: weakref.ref[BaseStore], backend: Backend) -> None:
+    """The store closed: close its index's connection now, not when the collector runs."""
+    store = ref()
+    with _lock:
+        if store is not None and _backends.get(store) is backend:
+            del _backends[store]
+    backend.close()
 
 
 def _new_backend(store: BaseStore) -> Backend:

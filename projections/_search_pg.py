@@ -87,7 +87,7 @@ class PgBackend:
             self._conn = self._target.connect()
             self._pid = os.getpid()
             self._ready = False
-            # Closed when this index object goes (with its store), never left to the collector.
+            # Closed with the store (see ``_search``); this is for a store never closed.
             weakref.finalize(self, _close, self._conn, self._pid)
         conn = self._conn
         if not self._ready:
@@ -250,6 +250,13 @@ class PgBackend:
             )
             for r in rows
         ]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    _close(self._conn, self._pid)
+            self._conn, self._ready = None, False
 
     def drop(self) -> None:
         with self._lock:

@@ -277,6 +277,10 @@ class SqliteBackend:
             for r in rows
         ]
 
+    def close(self) -> None:
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            self._close()
+
     def drop(self) -> None:
         with self._lock:
             self._close()

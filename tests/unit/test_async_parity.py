@@ -26,6 +26,7 @@ PLAIN = {
     "hash_key",
     "max_open_files",
     "on_end",
+    "on_close",  # registers a hook; runs when the store closes
     "open_files",
     "open_report",
     "path_for",

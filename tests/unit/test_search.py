@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from threaded import run_threads
@@ -178,3 +179,60 @@ def test_orders_and_the_relevance_window(store: BaseStore, monkeypatch: pytest.M
     assert len(search(store, "kyoto", until=recent[0].ts)) == 1  # narrowing reaches older ones
     with pytest.raises(InvalidEventError, match="order"):
         search(store, "kyoto", order="size")  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+def test_the_postgres_index_connection_closes_with_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+    import os
+
+    import psycopg
+
+    from sessionledger.eventlog import PostgresStore
+
+    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
+    if not dsn:
+        pytest.skip("PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG")
+    opened: list[psycopg.Connection[Any]] = []
+    real = psycopg.Connection.connect
+
+    def connect(*args: Any, **kwargs: Any) -> psycopg.Connection[Any]:
+        conn = real(*args, **kwargs)
+        opened.append(conn)
+        return conn
+
+    monkeypatch.setattr(psycopg.Connection, "connect", connect)
+    schema = f"t_{os.urandom(6).hex()}"
+    gc.disable()  # nothing here may rely on the collector
+    try:
+        store = PostgresStore(dsn, schema=schema)
+        with store:
+            store.session("agent:telegram:1").append_message("user", "kyoto in april")
+            assert len(search(store, "kyoto")) == 1
+            assert not all(conn.closed for conn in opened)
+        # Leaving ``with store:`` closed every connection, the index's too (the store is still
+        # referenced and the collector is off: nothing was left to a finalizer).
+        assert opened and all(conn.closed for conn in opened)
+        store.close()  # closing again is harmless
+        again = PostgresStore(dsn, schema=schema)
+        assert len(search(again, "kyoto")) == 1
+        again.close()
+        assert all(conn.closed for conn in opened)
+        assert again is not None and store is not None
+    finally:
+        gc.enable()
+        with real(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_on_close_runs_each_hook_once(tmp_path: Path) -> None:
+    calls: list[str] = []
+    store = FileStore(tmp_path / "s", durability="none")
+    store.on_close(lambda: calls.append("a"))
+    store.close()
+    store.close()
+    assert calls == ["a"]
+    with pytest.raises(InvalidEventError, match="callable"):
+        store.on_close(42)  # type: ignore[arg-type]
