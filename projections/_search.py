@@ -52,7 +52,7 @@ from ._sdk_items import sdk_item
 #: Sessions caught up per transaction.
 BATCH: Final = 256
 #: Order ``relevance`` ranks the newest this many matches (bounded time at any index size).
-RELEVANCE_WINDOW: Final = 2_000
+RELEVANCE_WINDOW: Final = 500
 SearchOrder = Literal["relevance", "recent"]
 _WORD = re.compile(r"\w+", re.UNICODE)
 

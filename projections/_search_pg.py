@@ -55,6 +55,8 @@ _FILTERS: Final[dict[FilterName, str]] = {
     "since": "ts >= %s",
     "until": "ts < %s",
 }
+#: Docs added after which a writer checks whether the planner's statistics need refreshing.
+ANALYZE_AFTER: Final = 1_000
 
 
 def _close(conn: psycopg.Connection[tuple[Any, ...]], pid: int) -> None:
@@ -76,6 +78,8 @@ class PgBackend:
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._pid = 0
         self._ready = False
+        #: Docs this object added since it last refreshed the planner's statistics.
+        self._added = 0
 
     def _q(self, text: str) -> Any:
         from psycopg import sql
@@ -191,8 +195,24 @@ class PgBackend:
                             ),
                             (kb, after.seq, after.head, encode_mark(after)),
                         )
+                        self._added += len(docs)
+                if self._added >= ANALYZE_AFTER:
+                    self._analyze(conn)
             except Exception as exc:
                 raise self._fail("update the search index", exc) from exc
+
+    def _analyze(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Refresh the planner's statistics once the docs added since are a tenth of the table:
+        without them (a new index, a server without autovacuum) a common word is planned as a
+        rare one and every match is read."""
+        row = conn.execute(
+            "SELECT c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = 'search_docs'",
+            (self._schema,),
+        ).fetchone()
+        if row is None or self._added >= max(ANALYZE_AFTER, float(row[0]) / 10):
+            conn.execute(self._q("ANALYZE {s}.search_docs"))
+            self._added = 0
 
     def forget(self, keys: list[str]) -> None:
         with self._lock:
@@ -218,18 +238,28 @@ class PgBackend:
                 params += [value.encode(), value.encode() + b"\xff"]  # no UTF-8 byte is 0xff
             else:
                 params.append(value)
-        params += [RELEVANCE_WINDOW if query.order == "relevance" else query.limit, query.limit]
-        # The newest matches first (bounded), then ranked when asked: bounded time at any size.
+        window = RELEVANCE_WINDOW if query.order == "relevance" else query.limit
+        params += [window, query.limit, " ".join(query.words)]
+        # Three steps, so each costly function runs on as few rows as it must:
+        # 1. the newest ``window`` matches, narrow (no body): an index scan in time order that
+        #    stops at the window for a common word, the GIN index for a rare one;
+        # 2. ts_rank on those only (declared cheap, the planner would otherwise run it on every
+        #    match before the sort), best ``limit`` kept;
+        # 3. the body and ts_headline for those ``limit`` rows only (by primary key).
         sql = (
-            "WITH m AS (SELECT key, conversation, seq, role, ts, body, tsv, q "
+            "WITH m AS MATERIALIZED (SELECT key, seq, ts, tsv, q "
             "FROM {s}.search_docs, plainto_tsquery('simple', %s) AS q WHERE "
             + " AND ".join(where)
-            + " ORDER BY ts DESC, key, seq LIMIT %s) "
-            "SELECT key, conversation, seq, role, ts, ts_headline('simple', body, q, "
-            "'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=1, "
-            "FragmentDelimiter=\u2026'), ts_rank(tsv, q) AS score FROM m ORDER BY "
+            + " ORDER BY ts DESC, key, seq LIMIT %s), "
+            "top AS (SELECT key, seq, ts, ts_rank(tsv, q) AS score FROM m ORDER BY "
             + ("score DESC, ts DESC" if query.order == "relevance" else "ts DESC")
-            + ", key, seq LIMIT %s"
+            + ", key, seq LIMIT %s) "
+            "SELECT t.key, d.conversation, t.seq, d.role, t.ts, ts_headline('simple', d.body, "
+            "plainto_tsquery('simple', %s), 'StartSel=[, StopSel=], MaxWords=24, MinWords=8, "
+            "MaxFragments=1, FragmentDelimiter=\u2026'), t.score "
+            "FROM top t JOIN {s}.search_docs d ON d.key = t.key AND d.seq = t.seq ORDER BY "
+            + ("t.score DESC, t.ts DESC" if query.order == "relevance" else "t.ts DESC")
+            + ", t.key, t.seq"
         )
         with self._lock:
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -236,3 +237,48 @@ def test_on_close_runs_each_hook_once(tmp_path: Path) -> None:
     assert calls == ["a"]
     with pytest.raises(InvalidEventError, match="callable"):
         store.on_close(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+def test_postgres_index_refreshes_the_planner_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large catch-up is followed by ANALYZE (a server without autovacuum would otherwise
+    plan every word as rare and read all its matches)."""
+    import os
+
+    import psycopg
+
+    from sessionledger.eventlog import PostgresStore
+    from sessionledger.projections import _search_pg
+
+    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
+    if not dsn:
+        pytest.skip("PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG")
+    monkeypatch.setattr(_search_pg, "ANALYZE_AFTER", 5)
+    schema = f"t_{os.urandom(6).hex()}"
+
+    def analyzed() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT last_analyze FROM pg_stat_user_tables "
+                "WHERE schemaname = %s AND relname = 'search_docs'",
+                (schema,),
+            ).fetchone()
+        return row is not None and row[0] is not None
+
+    try:
+        with PostgresStore(dsn, schema=schema) as store:
+            s = store.session("agent:telegram:1")
+            for n in range(3):
+                s.append_message("user", f"kyoto {n}")
+            assert len(search(store, "kyoto")) == 3
+            assert not analyzed()  # 3 docs: below the threshold
+            for n in range(3):
+                s.append_message("user", f"osaka {n}")
+            assert len(search(store, "osaka")) == 3
+            deadline = time.monotonic() + 5
+            while not analyzed():  # the statistics view is updated a moment after
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
