@@ -36,19 +36,21 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from itertools import islice
 from operator import attrgetter
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
 from sessionledger.eventlog.backend import LogStat, catalog_source, split_key
 
+from ._catalog_convs import DamagedCatalog, Listing, build, conversations_of
 from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_catalog, replace_rows
 from ._catalog_log import name_for, read_entry
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, infos_from_records
 
+_T = TypeVar("_T")
 Order = Literal["updated", "created", "key"]
 ORDERS: Final = ("updated", "created", "key")
 #: Entries changed since the stored file after which a listing rewrites it.
@@ -123,7 +125,15 @@ def catalog_conversations(
     Only the catalog entries of the selected sessions that have ended conversations are
     decoded (all of them when many are selected).
     """
-    cat = _refresh(store, rebuild=False)
+    try:
+        return _conversations_of(store, _refresh(store, rebuild=False), query)
+    except DamagedCatalog:
+        return _conversations_of(store, _refresh(store, rebuild=True), query)
+
+
+def _conversations_of(
+    store: BaseStore, cat: Catalog, query: CatalogFilter | None
+) -> tuple[list[SessionInfo], dict[str, tuple[ConversationInfo, ...]]]:
     rows = cat.rows if query is None else select(cat.rows, query)
     wanted = [r.key for r in rows if r.ended]
     if len(wanted) > 256:
@@ -217,7 +227,7 @@ class _Cache:
     __slots__ = ("catalog", "lock")
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # held across a refresh and a use of its result
         self.catalog: Catalog | None = None
 
 
@@ -241,14 +251,23 @@ def _forget_after_fork() -> None:
     global _caches_lock
     _caches_lock = threading.Lock()
     for cache in list(_caches.values()):
-        cache.lock = threading.Lock()
+        cache.lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
+def _refresh(store: BaseStore, *, rebuild: bool, rows: bool = True) -> Catalog:
+    """The catalog brought up to date (``rows``: its rows decoded too); one whose stored
+    sections do not decode is rebuilt from the logs."""
+    try:
+        return _refresh_once(store, rebuild=rebuild, rows=rows)
+    except DamagedCatalog:
+        return _refresh_once(store, rebuild=True, rows=rows)
+
+
+def _refresh_once(store: BaseStore, *, rebuild: bool, rows: bool) -> Catalog:
     cache = _cache_of(store)
     source = catalog_source(store)
     with cache.lock:
@@ -282,14 +301,42 @@ def _refresh(store: BaseStore, *, rebuild: bool) -> Catalog:
             cat.full_at = now
         cache.catalog = cat
         if old is None or cat.pending >= SAVE_AFTER or _file_behind(cat, full, now):
-            try:
-                source.put_catalog(encode_catalog(cat))
-            except OSError:
-                pass  # a read-only store: the catalog is derived, the listing stands
-            else:
-                cat.pending = 0
-                cat.stored = (cat.table_id, cat.membership, cat.saved_at, cat.full_at)
+            _save(store, cat)
+        if rows:
+            cat.rows  # noqa: B018 (decoded here, where a damaged file is rebuilt)
         return cat
+
+
+def _save(store: BaseStore, cat: Catalog) -> None:
+    try:
+        catalog_source(store).put_catalog(encode_catalog(cat))
+    except OSError:
+        pass  # a read-only store: the catalog is derived, the listing stands
+    else:
+        cat.pending = 0
+        cat.stored = (cat.table_id, cat.membership, cat.saved_at, cat.full_at)
+
+
+def catalog_listing(store: BaseStore, use: Callable[[Listing], _T], *, whole: bool) -> _T:
+    """``use(listing)`` of every conversation in listing order, the catalog brought up to date
+    and its lock held (``whole``: every row is decoded first). A catalog without the listing
+    builds it from its rows and entries, and stores it, so the next process reads it instead."""
+    cache = _cache_of(store)
+    with cache.lock:
+        cat = _refresh(store, rebuild=False, rows=False)
+        try:
+            return use(_listing(store, cat, whole))
+        except DamagedCatalog:
+            return use(_listing(store, _refresh(store, rebuild=True), whole))
+
+
+def _listing(store: BaseStore, cat: Catalog, whole: bool) -> Listing:
+    listing = cat.convs
+    if listing is None or (whole and listing.all() is None):
+        ended = {e.key: e.ended for e in cat.entries().values() if e.key and e.ended}
+        listing = cat.convs = Listing(rows=build(cat.rows, ended))
+        _save(store, cat)
+    return listing
 
 
 def _file_behind(cat: Catalog, full: bool, now: int) -> bool:
@@ -361,6 +408,7 @@ def _apply(
     infos = {r.key: r for r in cat.rows if r.key in old_keys} if old_keys else {}
     fresh: list[Entry] = []
     rows: list[SessionInfo] = []
+    new_convs: list[ConversationInfo] = []
     for st, entry in todo:
         old_row = None
         if entry is not None and entry.key in infos and entry.ino == st.ino:
@@ -374,6 +422,8 @@ def _apply(
         fresh.append(new_entry)
         if row is not None:
             rows.append(row.info)
+            if cat.convs is not None:
+                new_convs += conversations_of(row.info, row.ended)
     # Everything is read: now change the catalog (an error above leaves it as it was).
     slot_of = catalog_source(store).log_slot
     dropped = {e.name for e in gone}
@@ -386,6 +436,12 @@ def _apply(
             [e for e in cat.bucket(slot) if e.name not in dropped] if dropped else cat.bucket(slot)
         )
         cat.buckets[slot] = kept + added.get(slot, [])
+    if cat.convs is not None:
+        was = {e.key: e for _, e in todo if e is not None and e.key in infos}
+        was.update((e.key, e) for e in gone if e.key in infos)
+        old_convs = [c for k, e in was.items() for c in conversations_of(infos[k], e.ended)]
+        if not cat.convs.changed(old_convs, new_convs):
+            cat.convs = None
     cat.rows = replace_rows(cat.rows, old_keys, rows)
     if any(e is not None and (st.size < e.size or st.ino != e.ino) for st, e in todo):
         # A log shrank or was replaced: the file must not keep recording lines the log no

@@ -3,15 +3,18 @@
 Invariants:
 - The file is one msgpack array: format, version, the change-table copy it was refreshed
   against (id, slot stamps, membership stamp, the wall-clock time taken before that copy was
-  read, and the time of the last full scan), the rows in listing order, and the entries grouped
-  by slot. Rows and entries are kept as raw msgpack and decoded only when used: a listing that
-  finds nothing changed decodes the rows and no entry; one that finds a slot changed decodes
-  that slot's entries.
+  read, and the time of the last full scan), the rows in listing order, the entries grouped by
+  slot, and the conversations in listing order. Entries and conversations are kept encoded,
+  each slot or chunk as one msgpack ``bin`` (skipped, not walked, when the file is read) and
+  decoded only when used: a listing that finds nothing changed decodes the rows and no entry;
+  one that finds a slot changed decodes that slot's entries.
 - Listing order is newest-updated first, ties by key ascending; every function here keeps it.
 - An entry's row is the row whose ``key`` it names; an entry with no key is a file that is not a
   readable log of the store (it is remembered so that it is not read again while unchanged).
-- A session's ended conversations live in its entry, not its row: listing sessions never
-  decodes them; listing conversations decodes the entries.
+- A session's ended conversations live in its entry, not its row, so listing sessions never
+  decodes them; every conversation, in listing order, is kept beside the rows in chunks (see
+  ``_catalog_convs``), absent until a listing of conversations builds it, and dropped when rows
+  change in a process that has not decoded it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from typing import Final
 
 import msgspec
 
+from ._catalog_convs import DamagedCatalog, Listing
 from ._catalog_row import Row, SessionInfo
 from ._conversation_row import ConversationInfo
 
 CATALOG_FORMAT: Final = "sessionlog-catalog"
-CATALOG_VERSION: Final = 4
+CATALOG_VERSION: Final = 5
 
 
 class Entry(msgspec.Struct, array_like=True, gc=False):
@@ -81,19 +85,24 @@ class _Stored(msgspec.Struct, array_like=True):
     full_at: int
     membership: int
     slots: bytes
-    rows: msgspec.Raw
-    buckets: dict[int, msgspec.Raw]
+    rows: memoryview
+    buckets: dict[int, memoryview]
+    convs: list[memoryview] | None = None
+    convs_gone: list[ConversationInfo] = []
+    convs_new: list[ConversationInfo] = []
 
 
 class Catalog:
     """A catalog in memory: the table copy it is current against, rows, entries by slot."""
 
     __slots__ = (
+        "_rows",
+        "_rows_blob",
         "buckets",
+        "convs",
         "full_at",
         "membership",
         "pending",
-        "rows",
         "saved_at",
         "settled_ns",
         "slots",
@@ -109,8 +118,9 @@ class Catalog:
         full_at: int = 0,
         membership: int = 0,
         slots: bytes = b"",
-        rows: list[SessionInfo] | None = None,
-        buckets: dict[int, msgspec.Raw | list[Entry]] | None = None,
+        rows: list[SessionInfo] | memoryview | None = None,
+        buckets: dict[int, memoryview | list[Entry]] | None = None,
+        convs: Listing | None = None,
     ) -> None:
         self.table_id = table_id
         #: Wall-clock ns taken before the table copy (``slots``, ``membership``) was read.
@@ -118,8 +128,15 @@ class Catalog:
         self.full_at = full_at
         self.membership = membership
         self.slots = slots
-        self.rows: list[SessionInfo] = [] if rows is None else rows
-        self.buckets: dict[int, msgspec.Raw | list[Entry]] = {} if buckets is None else buckets
+        self._rows: list[SessionInfo] | None = None
+        self._rows_blob: memoryview | None = None
+        if isinstance(rows, memoryview):
+            self._rows_blob = rows
+        else:
+            self._rows = [] if rows is None else rows
+        self.buckets: dict[int, memoryview | list[Entry]] = {} if buckets is None else buckets
+        #: Every conversation in listing order (None: not built, or dropped by a change).
+        self.convs = convs
         #: Entries changed since the stored file was written.
         self.pending = 0
         #: When the table copy may be trusted (wall-clock ns; set by the caller).
@@ -127,13 +144,42 @@ class Catalog:
         #: (table id, membership, saved_at, full_at) of the stored file, when known.
         self.stored: tuple[bytes, int, int, int] | None = None
 
+    @property
+    def rows(self) -> list[SessionInfo]:
+        """The session rows in listing order (decoded on first use).
+
+        Raises:
+            DamagedCatalog: the stored rows do not decode (the caller rebuilds).
+        """
+        if self._rows is None:
+            assert self._rows_blob is not None
+            try:
+                self._rows = _decode_rows(self._rows_blob)
+            except (msgspec.DecodeError, ValueError) as exc:
+                raise DamagedCatalog(str(exc)) from exc
+            self._rows_blob = None
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: list[SessionInfo]) -> None:
+        self._rows, self._rows_blob = rows, None
+
+    def rows_blob(self) -> memoryview:
+        """The stored form of the rows (passed through when not decoded)."""
+        if self._rows_blob is not None:
+            return self._rows_blob
+        return memoryview(_encoder.encode(self._rows))
+
     def bucket(self, slot: int) -> list[Entry]:
         """The entries of one slot (decoded on first use)."""
         got = self.buckets.get(slot)
         if got is None:
             return []
-        if isinstance(got, msgspec.Raw):
-            got = _decode_bucket(got)
+        if isinstance(got, memoryview):
+            try:
+                got = _decode_bucket(got)
+            except (msgspec.DecodeError, ValueError) as exc:
+                raise DamagedCatalog(str(exc)) from exc
             self.buckets[slot] = got
         return got
 
@@ -156,7 +202,6 @@ def decode_catalog(blob: bytes | None) -> Catalog | None:
         stored = _decode_stored(blob)
         if stored.format != CATALOG_FORMAT or stored.version != CATALOG_VERSION:
             return None
-        rows = _decode_rows(stored.rows)
     except (msgspec.DecodeError, ValueError):
         return None
     catalog = Catalog(
@@ -165,8 +210,11 @@ def decode_catalog(blob: bytes | None) -> Catalog | None:
         full_at=stored.full_at,
         membership=stored.membership,
         slots=stored.slots,
-        rows=rows,
+        rows=stored.rows,
         buckets=dict(stored.buckets),
+        convs=None
+        if stored.convs is None
+        else Listing(chunks=stored.convs, gone=stored.convs_gone, new=stored.convs_new),
     )
     catalog.stored = (stored.table_id, stored.membership, stored.saved_at, stored.full_at)
     return catalog
@@ -175,17 +223,20 @@ def decode_catalog(blob: bytes | None) -> Catalog | None:
 def decode_rows(blob: bytes | None) -> list[SessionInfo]:
     """Only the rows of a stored catalog, as stored ([] when it cannot be read)."""
     catalog = decode_catalog(blob)
-    return [] if catalog is None else catalog.rows
+    try:
+        return [] if catalog is None else catalog.rows
+    except DamagedCatalog:
+        return []
 
 
 def encode_catalog(catalog: Catalog) -> bytes:
     """The stored form of ``catalog`` (undecoded buckets are copied as they are)."""
-    buckets: dict[int, msgspec.Raw] = {}
+    buckets: dict[int, memoryview] = {}
     for slot, got in catalog.buckets.items():
-        if isinstance(got, msgspec.Raw):
+        if isinstance(got, memoryview):
             buckets[slot] = got
         elif got:
-            buckets[slot] = msgspec.Raw(_encoder.encode(got))
+            buckets[slot] = memoryview(_encoder.encode(got))
     stored = _Stored(
         CATALOG_FORMAT,
         CATALOG_VERSION,
@@ -194,8 +245,9 @@ def encode_catalog(catalog: Catalog) -> bytes:
         catalog.full_at,
         catalog.membership,
         catalog.slots,
-        msgspec.Raw(_encoder.encode(catalog.rows)),
+        catalog.rows_blob(),
         buckets,
+        *((None, [], []) if catalog.convs is None else catalog.convs.stored()),
     )
     return _encoder.encode(stored)
 

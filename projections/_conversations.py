@@ -1,33 +1,26 @@
 """Conversations as first-class rows: every conversation of every session, from the catalog.
 
 Rules:
-- The rows come from the session catalog (its entries keep each session's ended conversations
-  beside its row), never from a log scan: the cost is a listing's, plus one pass over the
-  conversations.
+- The rows come from the session catalog, never from a log scan. For every session, the catalog
+  keeps every conversation in listing order (``_catalog_convs``): a listing is a copy of a page
+  of it, and a fresh process decodes only the stored chunks a page reaches. A selection of
+  sessions (key, prefix, parts) builds its rows from their catalog rows and entries.
 - Order ``updated`` (default) is newest activity first (an ended conversation's activity is when
   it ended), ties by key, then newest start first; ``started`` is newest start first; ``key`` is
   by key, then oldest start first. Filters, then offset and limit, as :func:`list_sessions` does.
-- A process keeps the last flattened list per catalog (while the catalog's rows are unchanged),
-  so listing again costs the filter and the page.
 """
 
 from __future__ import annotations
 
-import heapq
-import threading
-import weakref
-from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from itertools import islice
-from operator import attrgetter
 from typing import Final, Literal
 
 from sessionledger.eventlog import BaseStore, InvalidEventError
-from sessionledger.eventlog.backend import catalog_source
 
-from ._catalog import CatalogFilter, _refresh, catalog_conversations
-from ._catalog_file import Catalog
-from ._catalog_log import name_for
+from ._catalog import CatalogFilter, catalog_conversations, catalog_listing
+from ._catalog_convs import Listing, build
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, ended_of_record, infos_from_records
@@ -36,135 +29,13 @@ ConversationOrder = Literal["updated", "started", "key"]
 CONVERSATION_ORDERS: Final = ("updated", "started", "key")
 
 
-Ended = dict[str, tuple[ConversationInfo, ...]]
-
-
-def current_row(info: SessionInfo, ended: tuple[ConversationInfo, ...] = ()) -> ConversationInfo:
-    """The row of a session's current conversation (``ended``: its ended ones, oldest first)."""
-    return ConversationInfo(
-        key=info.key,
-        start_seq=info.conversation_start,
-        current=True,
-        title=info.title,
-        preview=info.preview,
-        messages=info.messages,
-        tokens=info.tokens,
-        started_at=ended[-1].updated_at if ended else info.created_at,
-        updated_at=info.updated_at,
-        end_reason="archive" if info.state == "archived" else None,
-        state=info.state,
-        resumed_from=info.resumed_from,
-    )
-
-
-def conversations_of(
-    info: SessionInfo, ended: tuple[ConversationInfo, ...] = ()
-) -> list[ConversationInfo]:
-    """Every conversation of one session: the current one first, then the ended, newest first."""
-    return [current_row(info, ended), *reversed(ended)]
-
-
-_by_start = attrgetter("start_seq")
-_by_key = attrgetter("key")
-_by_updated = attrgetter("updated_at")
-_by_started = attrgetter("started_at")
-
-
 def _ordered(
-    rows: Iterable[SessionInfo], ended: Ended, order: ConversationOrder
+    rows: Iterable[SessionInfo], ended: dict[str, tuple[ConversationInfo, ...]], order: str
 ) -> list[ConversationInfo]:
-    out: list[ConversationInfo] = []
-    none: tuple[ConversationInfo, ...] = ()
-    for info in rows:
-        out.extend(conversations_of(info, ended.get(info.key, none) if info.ended else none))
-    # Stable sorts, last key first.
-    if order == "key":
-        out.sort(key=_by_start)
-        out.sort(key=_by_key)
-        return out
-    out.sort(key=_by_start, reverse=True)
-    out.sort(key=_by_key)
-    out.sort(key=_by_started if order == "started" else _by_updated, reverse=True)
-    return out
-
-
-class _Flat:
-    __slots__ = ("lists", "lock", "rows")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.rows: list[SessionInfo] | None = None
-        self.lists: dict[str, list[ConversationInfo]] = {}
-
-
-_flat: weakref.WeakKeyDictionary[BaseStore, _Flat] = weakref.WeakKeyDictionary()
-_flat_lock = threading.Lock()
-
-
-def _all_ordered(
-    store: BaseStore, order: ConversationOrder, lazy: bool = False
-) -> Iterable[ConversationInfo]:
-    """Every conversation in ``order``: the kept list, or (``lazy``, newest first, nothing kept
-    yet) a stream that decodes only the catalog entries of the sessions it reaches."""
-    cat = _refresh(store, rebuild=False)
-    rows = cat.rows
-    with _flat_lock:
-        try:
-            flat = _flat.get(store)
-            if flat is None:
-                flat = _flat[store] = _Flat()
-        except TypeError:
-            flat = _Flat()
-    with flat.lock:
-        if flat.rows is not rows:
-            flat.rows, flat.lists = rows, {}
-        got = flat.lists.get(order)
-        if got is None:
-            if lazy and order == "updated":
-                return _newest_first(store, cat, rows)
-            ended = {e.key: e.ended for e in cat.entries().values() if e.key and e.ended}
-            got = flat.lists[order] = _ordered(rows, ended, order)
-        return got
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO = timedelta(microseconds=1)
-
-
-def _newest_first(
-    store: BaseStore, cat: Catalog, rows: list[SessionInfo]
-) -> Iterator[ConversationInfo]:
-    """Conversations newest activity first, merged lazily from rows in listing order.
-
-    A session's ended conversations are never newer than its current one, so an ended row is
-    emitted once no later session's current row can come before it.
-    """
-    heap: list[tuple[int, str, int, int, ConversationInfo]] = []
-    tie = 0
-
-    def rank(c: ConversationInfo) -> tuple[int, str, int]:
-        return (-((c.updated_at - _EPOCH) // _MICRO), c.key, -c.start_seq)
-
-    for info in rows:
-        ended = _entry_ended(store, cat, info.key) if info.ended else ()
-        current = current_row(info, ended)
-        top = rank(current)
-        while heap and heap[0][:3] < top:
-            yield heapq.heappop(heap)[4]
-        yield current
-        for past in ended:
-            tie += 1
-            heapq.heappush(heap, (*rank(past), tie, past))
-    while heap:
-        yield heapq.heappop(heap)[4]
-
-
-def _entry_ended(store: BaseStore, cat: Catalog, key: str) -> tuple[ConversationInfo, ...]:
-    name = name_for(store, key)
-    for entry in cat.bucket(catalog_source(store).log_slot(name)):
-        if entry.name == name and entry.key == key:
-            return entry.ended
-    return ()
+    listing = Listing(rows=build(rows, ended))
+    got = listing.all() if order == "updated" else listing.sorted_by(order)
+    assert got is not None  # a listing built from rows has nothing pending
+    return got
 
 
 def list_conversations(
@@ -203,24 +74,41 @@ def list_conversations(
     sessions = CatalogFilter(
         prefix=key if key is not None else prefix, agent=agent, channel=channel, peer=peer
     )
-    ordered: Iterable[ConversationInfo]
+    tests = _tests(key, state, current, updated_after, updated_before)
+    end = None if limit is None else offset + limit
     if isinstance(store, CatalogRecords):
         records = store.query_catalog_records(sessions)
         infos = infos_from_records(records, store)
         ended = {r.key: ended_of_record(r, store) for r in records}
-        ordered = _ordered(infos, ended, order)
-    elif sessions == CatalogFilter():
-        ordered = _all_ordered(store, order, lazy=limit is not None)
-    else:
+        return _page(_ordered(infos, ended, order), tests, offset, end)
+    if sessions != CatalogFilter():
         rows, ended = catalog_conversations(store, sessions)
-        ordered = _ordered(rows, ended, order)
-    tests = _tests(key, state, current, updated_after, updated_before)
-    end = None if limit is None else offset + limit
-    if not tests and isinstance(ordered, list):
-        return ordered[offset:end]  # a copy: the cached list stays as it is
+        return _page(_ordered(rows, ended, order), tests, offset, end)
+
+    def use(listing: Listing) -> list[ConversationInfo]:
+        if order != "updated" or end is None:
+            got = listing.all() if order == "updated" else listing.sorted_by(order)
+            assert got is not None  # ``whole``: the caller rebuilt a listing that disagreed
+            return _page(got, tests, offset, end)
+        if not tests:
+            return list(islice(listing.iterate(offset), end - offset))
+        return _page(listing.iterate(), tests, offset, end)
+
+    # Every session: the catalog's own listing (a page decodes only the chunks it reaches).
+    return catalog_listing(store, use, whole=end is None or order != "updated")
+
+
+def _page(
+    rows: Iterable[ConversationInfo],
+    tests: list[Callable[[ConversationInfo], bool]],
+    offset: int,
+    end: int | None,
+) -> list[ConversationInfo]:
+    if not tests and isinstance(rows, list):
+        return rows[offset:end]  # a copy: a kept list stays as it is
     for test in tests:
-        ordered = filter(test, ordered)
-    return list(islice(ordered, offset, end))
+        rows = filter(test, rows)
+    return list(islice(rows, offset, end))
 
 
 def _tests(

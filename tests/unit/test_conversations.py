@@ -258,3 +258,99 @@ def test_a_page_from_a_fresh_process_equals_the_full_order(tmp_path: Path) -> No
             list_conversations(fresh, limit=5, current=False)
             == [c for c in full if not c.current][:5]
         )
+
+
+def _rebuilt(root: Path) -> list[ConversationInfo]:
+    """Every conversation from a catalog built from the logs alone."""
+    (root / ".catalog").unlink(missing_ok=True)
+    with FileStore(root, durability="none") as fresh:
+        return list_conversations(fresh)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_kept_listing_equals_a_rebuild_through_every_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The catalog's listing of every conversation is kept current by every process: by one
+    that decoded it (changed in place), by one that never did (changes kept beside the stored
+    chunks), and read page by page across chunk boundaries by a fresh one."""
+    import random
+
+    from sessionledger.projections import _catalog, _catalog_convs
+
+    monkeypatch.setattr(_catalog_convs, "CHUNK", 4)
+    monkeypatch.setattr(_catalog_convs, "PENDING_MAX", 40)
+    monkeypatch.setattr(_catalog, "SAVE_AFTER", 1)  # every listing stores the catalog
+    rng = random.Random(seed)
+    root = tmp_path / "s"
+    keys = [f"agent:telegram:{n}" for n in range(12)]
+    with FileStore(root, durability="none") as writer:
+        for key in keys[:6]:
+            writer.session(key).append_message("user", f"hello {key}")
+        list_conversations(writer)  # built and stored
+        decoded = FileStore(root, durability="none")  # lists conversations: decodes them
+        list_conversations(decoded)
+        sessions_only = FileStore(root, durability="none")  # never decodes the listing
+        for step in range(60):
+            key = rng.choice(keys)
+            roll = rng.random()
+            if roll < 0.45:
+                writer.session(key).append_message("user", f"step {step}")
+            elif roll < 0.65 and writer.exists(key):
+                writer.new_session(key)
+            elif roll < 0.72 and writer.exists(key):
+                ended = [c for c in list_conversations(writer, key) if not c.current]
+                if ended:
+                    writer.resume(key, rng.choice(ended).start_seq)
+            elif roll < 0.78 and writer.exists(key):
+                writer.archive(key)
+            elif roll < 0.84 and writer.exists(key):
+                writer.delete(key)
+            elif roll < 0.9:
+                writer.session(key).update_metadata(set={"title": f"t{step}"})
+            if step % 3 == 0:
+                list_sessions(sessions_only)
+            if step % 5 == 0:
+                list_conversations(decoded)
+            if step % 7 == 0:
+                expected = list_conversations(writer)
+                with FileStore(root, durability="none") as fresh:
+                    offset, limit = rng.randrange(len(expected) + 2), rng.randrange(1, 9)
+                    page = list_conversations(fresh, limit=limit, offset=offset)
+                    assert page == expected[offset : offset + limit], (step, offset, limit)
+                with FileStore(root, durability="none") as fresh:
+                    assert list_conversations(fresh) == expected, step
+        list_sessions(sessions_only)
+        expected = list_conversations(writer)
+        assert list_conversations(decoded) == expected
+        assert list_conversations(sessions_only) == expected
+        decoded.close()
+        sessions_only.close()
+    assert _rebuilt(root) == expected
+
+
+def test_a_damaged_section_of_the_catalog_is_rebuilt(tmp_path: Path) -> None:
+    import msgspec
+
+    from sessionledger.projections import _catalog_file
+
+    root = tmp_path / "s"
+    with FileStore(root, durability="none") as store:
+        _three_conversations(store)
+        before = list_conversations(store)
+        rows = list_sessions(store)
+    blob = (root / ".catalog").read_bytes()
+    stored = msgspec.msgpack.decode(blob)
+    for section in (7, 9):  # the rows, then the conversations' first chunk
+        damaged = list(stored)
+        if section == 7:
+            damaged[7] = b"\xc1"  # never valid msgpack
+        else:
+            damaged[9] = [b"\x91\x01"]  # a list holding a number, not a row
+        (root / ".catalog").write_bytes(msgspec.msgpack.encode(damaged))
+        with FileStore(root, durability="none") as fresh:
+            assert list_conversations(fresh) == before
+        (root / ".catalog").write_bytes(msgspec.msgpack.encode(damaged))
+        with FileStore(root, durability="none") as fresh:
+            assert list_sessions(fresh) == rows
+    assert stored[1] == _catalog_file.CATALOG_VERSION
