@@ -95,6 +95,10 @@ class PgBackend:
             weakref.finalize(self, _close, self._conn, self._pid)
         conn = self._conn
         if not self._ready:
+            # Queries are prepared by psycopg after a few runs; a generic plan would be the
+            # same for a word in every message and a word in none (one reads the newest rows
+            # in time order, the other needs the GIN index): plan each search for its words.
+            conn.execute("SET plan_cache_mode = force_custom_plan")
             with conn.transaction():
                 conn.execute(
                     "SELECT pg_advisory_xact_lock(hashtext(%s))",

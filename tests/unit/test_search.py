@@ -275,6 +275,11 @@ def test_postgres_index_refreshes_the_planner_statistics(monkeypatch: pytest.Mon
             for n in range(3):
                 s.append_message("user", f"osaka {n}")
             assert len(search(store, "osaka")) == 3
+            # Every search is planned for its own words (psycopg prepares repeated queries).
+            backend = _search_pg.PgBackend(store)
+            conn = backend._db()
+            assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_custom_plan",)
+            backend.close()
             deadline = time.monotonic() + 5
             while not analyzed():  # the statistics view is updated a moment after
                 assert time.monotonic() < deadline

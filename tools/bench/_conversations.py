@@ -159,7 +159,60 @@ def bench_search(ctx: Context) -> list[Row]:
                 target=20.0,
             )
         )
+    rows += _pg_search_rows(ctx, store, queries)
     rows += _append_rows(ctx)
+    return rows
+
+
+def _pg_search_rows(ctx: Context, files: Any, queries: dict[str, str]) -> list[Row]:
+    """The same searches on a PostgreSQL store holding the same logs (imported whole)."""
+    from sessionledger import projections
+    from sessionledger.eventlog import PostgresStore
+
+    from ._pg_base import dsn, missing, schema
+
+    server = dsn()
+    total = sum(s.messages for s in projections.list_sessions(files))
+    if server is None:
+        return missing("search", f"PostgreSQL search, {total:,} messages")
+    rows: list[Row] = []
+    with schema(server) as name, PostgresStore(server, schema=name) as store:
+        for key in files.keys():
+            store.import_bytes(key, files.read_bytes(key))
+        t0 = time.perf_counter()
+        projections.refresh_search(store)
+        build = time.perf_counter() - t0
+        rows.append(
+            Row(
+                "search",
+                f"PostgreSQL index built from the logs, {total:,} messages",
+                "ms",
+                ms(build),
+            )
+        )
+        for label, words in queries.items():
+            channel = "slack" if "channel" in label else None
+            for order in ("relevance", "recent"):
+                assert projections.search(store, words, channel=channel, order=order)
+
+                def once(
+                    words: str = words, channel: str | None = channel, order: Any = order
+                ) -> float:
+                    return timed(
+                        lambda: projections.search(store, words, channel=channel, order=order)
+                    )
+
+                t, _ = medians(max(ctx.runs, 5), once)
+                rows.append(
+                    Row(
+                        "search",
+                        f"PostgreSQL search {label} ({words!r}, {order}), {total:,} messages, "
+                        "limit 20",
+                        "ms",
+                        ms(t),
+                        target=20.0,
+                    )
+                )
     return rows
 
 
