@@ -31,12 +31,21 @@ DEPTH: Final = 8
 MAX_SEQ: Final = (1 << (ARITY_BITS * DEPTH)) - 1
 SEED_LEN: Final = 32
 _PERSON: Final = b"sl-keytree"
-_CACHE_LIMIT: Final = 4096
+_CACHE_LIMIT: Final = 1024
+
+
+_DIGITS: Final = [bytes((d,)) for d in range(ARITY)]
 
 
 def child_seed(seed: bytes, digit: int) -> bytes:
     """The seed of child ``digit`` (0..15) of a node with ``seed``."""
-    return blake2b(bytes((digit,)), key=seed, digest_size=SEED_LEN, person=_PERSON).digest()
+    return blake2b(_DIGITS[digit], key=seed, digest_size=SEED_LEN, person=_PERSON).digest()
+
+
+def _keyed(seed: bytes) -> blake2b:
+    """blake2b keyed with ``seed``, before any data: ``copy()``, ``update(digit)`` and
+    ``digest()`` give :func:`child_seed` without keying a new hash each time."""
+    return blake2b(key=seed, digest_size=SEED_LEN, person=_PERSON)
 
 
 class Node(msgspec.Struct, array_like=True, frozen=True):
@@ -73,13 +82,25 @@ _decode = msgspec.msgpack.Decoder(TreeRecord).decode
 
 @dataclass(slots=True)
 class KeyTree:
-    """The remaining nodes of one session's key tree, with a cache of derived parents."""
+    """The remaining nodes of one session's key tree, with a cache of derived inner nodes.
+
+    The cache (keyed blake2b states of inner nodes the tree derived) belongs to this object
+    alone; :meth:`punctured` returns a new tree with an empty one, so dropping the old tree
+    drops every cached state that could derive a destroyed leaf.
+    """
 
     nodes: list[Node]
     redacted: list[int] = field(default_factory=list)
     erased_upto: int = -1
     _starts: list[int] = field(default_factory=list)
-    _parents: dict[int, bytes] = field(default_factory=dict)
+    #: Group (``seq >> ARITY_BITS``) -> keyed state of the depth-7 node deriving its 16 leaves.
+    _groups: dict[int, blake2b] = field(default_factory=dict)
+    #: Per depth, the last inner node derived there: ``(prefix, keyed state)``, so the next
+    #: group derives from its nearest cached ancestor (siblings cost one step each).
+    _path: list[tuple[int, blake2b] | None] = field(default_factory=lambda: [None] * DEPTH)
+    #: The last group used, and its state (the writer's next seq is almost always in it).
+    _group: int = -1
+    _group_state: blake2b | None = None
 
     def __post_init__(self) -> None:
         self.nodes.sort(key=lambda n: n.start)
@@ -118,28 +139,50 @@ class KeyTree:
 
     def leaf(self, seq: int) -> bytes | None:
         """The key of event ``seq``, or None when no remaining node derives it."""
+        group = seq >> ARITY_BITS
+        state = self._group_state if group == self._group else self._groups.get(group)
+        if state is None:
+            return self._leaf_uncached(seq)
+        if group != self._group:
+            self._group, self._group_state = group, state
+        h = state.copy()
+        h.update(_DIGITS[seq & (ARITY - 1)])
+        return h.digest()
+
+    def _leaf_uncached(self, seq: int) -> bytes | None:
         if not 0 <= seq <= MAX_SEQ:
             return None
+        i = bisect.bisect_right(self._starts, seq) - 1
+        if i < 0:
+            return None
+        node = self.nodes[i]
+        if seq >= node.start + node.span:
+            return None
+        if node.depth == DEPTH:
+            return node.seed  # a lone leaf left by a redaction nearby (not cached)
+        # Start from the deepest inner node on seq's path already derived, else the node.
+        depth, state = node.depth, None
+        path = self._path
+        for d in range(DEPTH - 1, node.depth, -1):
+            cached = path[d]
+            if cached is not None and cached[0] == seq >> (ARITY_BITS * (DEPTH - d)):
+                depth, state = d, cached[1]
+                break
+        if state is None:
+            state = _keyed(node.seed)
+        for d in range(depth + 1, DEPTH):
+            h = state.copy()
+            h.update(_DIGITS[(seq >> (ARITY_BITS * (DEPTH - d))) & (ARITY - 1)])
+            state = _keyed(h.digest())
+            path[d] = (seq >> (ARITY_BITS * (DEPTH - d)), state)
         group = seq >> ARITY_BITS
-        parent = self._parents.get(group)
-        if parent is None:
-            i = bisect.bisect_right(self._starts, seq) - 1
-            if i < 0:
-                return None
-            node = self.nodes[i]
-            if seq >= node.start + node.span:
-                return None
-            if node.depth == DEPTH:
-                return node.seed
-            seed = node.seed
-            for depth in range(node.depth + 1, DEPTH):
-                shift = ARITY_BITS * (DEPTH - depth)
-                seed = child_seed(seed, (seq >> shift) & (ARITY - 1))
-            parent = seed
-            if len(self._parents) >= _CACHE_LIMIT:
-                self._parents.clear()
-            self._parents[group] = parent
-        return child_seed(parent, seq & (ARITY - 1))
+        if len(self._groups) >= _CACHE_LIMIT:
+            self._groups.clear()
+        self._groups[group] = state
+        self._group, self._group_state = group, state
+        h = state.copy()
+        h.update(_DIGITS[seq & (ARITY - 1)])
+        return h.digest()
 
     def punctured(self, lo: int, hi: int) -> KeyTree:
         """A tree with the keys of seqs ``lo..hi`` destroyed (and recorded as destroyed)."""
