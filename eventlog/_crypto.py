@@ -23,13 +23,12 @@ placeholder (``{"role", "content": None, "_withheld": "erased"|"redacted"}``, me
 
 from __future__ import annotations
 
-import binascii
 import os
 import threading
 from binascii import a2b_base64, b2a_base64
 from collections.abc import Callable
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -49,10 +48,10 @@ from ._events import (
 from ._jsonbytes import encode_json
 from ._keystore import KeyProvider, KeyStore, _aead, check_session_id
 from ._keytree import SEED_LEN, KeyTree
-from ._snapshot import Snapshot
+from ._snapshot import Anchored
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    pass
 
 SEALING: Final = "aes-256-gcm/keytree-16x8"
 SEALED: Final = "$sealed"
@@ -65,6 +64,7 @@ _SUMMARY_MARK: Final = "\x00sealed:"
 _NONCE: Final = 12
 _RECORD_MAGIC: Final = b"SLKEY1\n"
 _decode_json = msgspec.json.Decoder().decode
+S = TypeVar("S", bound=Anchored)
 _record_decoder = msgspec.msgpack.Decoder(tuple[str, bytes])
 _record_encoder = msgspec.msgpack.Encoder()
 
@@ -77,7 +77,7 @@ class _Envelope(msgspec.Struct):
 _decode_envelope = msgspec.json.Decoder(_Envelope).decode
 
 
-def _base64() -> tuple[Callable[[bytes], bytes], Callable[[str | bytes], bytes]]:
+def _base64() -> tuple[Callable[[bytes], bytes], Callable[[str | bytes | memoryview], bytes]]:
     """Base64 encode and decode: pybase64's SIMD codec when its C extension is there (the
     optional ``crypto`` extra installs it; about 10x faster on a message body), else the
     standard library's. Both write the standard alphabet with padding and no newline."""
@@ -228,7 +228,7 @@ class SessionSeal:
     __slots__ = (
         "_aad_prefix",
         "_aead",
-        "_ciphers",
+        "_errors",
         "dead",
         "key",
         "keyring",
@@ -244,25 +244,21 @@ class SessionSeal:
         #: Seqs destroyed according to the log (erasure and redaction events), which count
         #: even before the key store has caught up (a crash between the two).
         self.dead: tuple[int, set[int]] = (-1, set())
-        self._ciphers: dict[int, AESGCM] = {}
         self._aad_prefix = f"sl1|{session_id}|".encode()
         self._aead = _aead()
+        from cryptography.exceptions import InvalidTag
+
+        self._errors = (InvalidTag, ValueError)  # binascii.Error is a ValueError
 
     # -- keys ------------------------------------------------------------------------------------
 
-    def _cipher(self, seq: int) -> AESGCM:
-        cipher = self._ciphers.get(seq)
-        if cipher is None:
-            leaf = self.tree.leaf(seq)
-            if leaf is None:
-                raise KeyUnavailableError(
-                    f"session {self.key!r} seq {seq}", "its key is not in the key store"
-                )
-            cipher = self._aead(leaf)
-            if len(self._ciphers) > 64:
-                self._ciphers.clear()
-            self._ciphers[seq] = cipher
-        return cipher
+    def _leaf(self, seq: int) -> bytes:
+        leaf = self.tree.leaf(seq)
+        if leaf is None:
+            raise KeyUnavailableError(
+                f"session {self.key!r} seq {seq}", "its key is not in the key store"
+            )
+        return leaf
 
     def _aad(self, seq: int, name: str) -> bytes:
         return b"%s%d|%s" % (self._aad_prefix, seq, name.encode())
@@ -281,20 +277,20 @@ class SessionSeal:
     def seal_bytes(self, seq: int, name: str, plain: bytes) -> str:
         """``plain`` sealed for field ``name`` of event ``seq``, as base64 text."""
         nonce = _nonce()
-        sealed = self._cipher(seq).encrypt(nonce, plain, self._aad(seq, name))
+        sealed = self._aead(self._leaf(seq)).encrypt(nonce, plain, self._aad(seq, name))
         return _b64encode(nonce + sealed).decode("ascii")
 
-    def open_bytes(self, seq: int, name: str, text: str | bytes) -> bytes:
+    def open_bytes(self, seq: int, name: str, text: str | bytes | memoryview) -> bytes:
         """The plaintext of a sealed field (raises :class:`KeyUnavailableError`)."""
-        from cryptography.exceptions import InvalidTag
+        return self._open(seq, b"%s%d|%s" % (self._aad_prefix, seq, name.encode()), text)
 
+    def _open(self, seq: int, aad: bytes, text: str | bytes | memoryview) -> bytes:
+        leaf = self._leaf(seq)
         try:
             # Not strict: a bad character can only come with a bad chain or a bad tag.
             blob = _b64decode(text)
-            return bytes(
-                self._cipher(seq).decrypt(blob[:_NONCE], blob[_NONCE:], self._aad(seq, name))
-            )
-        except (InvalidTag, ValueError, binascii.Error) as exc:
+            return self._aead(leaf).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+        except self._errors as exc:  # the tag (or the base64) does not check
             raise KeyUnavailableError(
                 f"session {self.key!r} seq {seq}", "sealed content does not open (wrong key)"
             ) from exc
@@ -327,13 +323,8 @@ class SessionSeal:
         # The hot path (one per append): the leaf from the tree's cached group state, one
         # cipher object, one base64 pass, the body built by one format.
         seq = event.seq
-        leaf = self.tree.leaf(seq)
-        if leaf is None:
-            raise KeyUnavailableError(
-                f"session {self.key!r} seq {seq}", "its key is not in the key store"
-            )
         nonce = _nonce()
-        sealed = self._aead(leaf).encrypt(
+        sealed = self._aead(self._leaf(seq)).encrypt(
             nonce, event.body, b"%s%d|message" % (self._aad_prefix, seq)
         )
         message = event.message
@@ -374,22 +365,42 @@ class SessionSeal:
 
     def open_message(self, event: MessageAppended) -> dict[str, Any]:
         """The message dict of a sealed message event (a placeholder when destroyed)."""
-        gone = self.destroyed(event.seq)
+        # The hot path of reading (one per message read): the checks and the decryption of
+        # ``_open`` inline.
+        seq = event.seq
+        gone = self.destroyed(seq)
         if gone is not None:
             return {"role": event.role, "content": None, WITHHELD: gone}
         body = bytes(event.body)
-        # The envelope as this module writes it ends in ``,"$sealed":"<b64>"}``: slice the
-        # base64 out instead of decoding the whole body (any other form is decoded).
-        at = body.rfind(_SEALED_OPEN)
-        if at > 0 and body.endswith(b'"}') and b'"' not in body[at + len(_SEALED_OPEN) : -2]:
-            sealed: str | bytes = body[at + len(_SEALED_OPEN) : -2]
+        # The envelope as this module writes it is ``{"role":<role>,"$sealed":"<b64>"}``:
+        # read the base64 in place instead of decoding the whole body (a match inside the
+        # role leaves a quote after it, and any other form is decoded).
+        start = body.find(_SEALED_OPEN, 8) + len(_SEALED_OPEN)
+        end = len(body) - 2
+        sealed: str | bytes
+        if start > len(_SEALED_OPEN) and body[end:] == b'"}' and body.find(b'"', start, end) < 0:
+            sealed = body[start:end]
         else:
             envelope = _decode_envelope(body)
             if not envelope.sealed:
                 message: dict[str, Any] = _decode_json(body)
                 return message
             sealed = envelope.sealed
-        opened: dict[str, Any] = _decode_json(self.open_bytes(event.seq, "message", sealed))
+        leaf = self.tree.leaf(seq)
+        if leaf is None:
+            raise KeyUnavailableError(
+                f"session {self.key!r} seq {seq}", "its key is not in the key store"
+            )
+        try:
+            blob = _b64decode(sealed)  # (slices of bytes are cheaper here than of views)
+            plain = self._aead(leaf).decrypt(
+                blob[:_NONCE], blob[_NONCE:], b"%s%d|message" % (self._aad_prefix, seq)
+            )
+        except self._errors as exc:  # the tag (or the base64) does not check
+            raise KeyUnavailableError(
+                f"session {self.key!r} seq {seq}", "sealed content does not open (wrong key)"
+            ) from exc
+        opened: dict[str, Any] = _decode_json(plain)
         return opened
 
     def open_event(self, event: Event) -> Event:
@@ -417,12 +428,14 @@ class SessionSeal:
         """The header with its metadata values opened."""
         return msgspec.structs.replace(header, metadata=self._open_values(0, header.metadata))
 
-    def seal_snapshot(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` with its plaintext values sealed under the key of its seq.
+    def seal_snapshot(self, snapshot: S) -> S:
+        """``snapshot`` (either format) with its plaintext values sealed under the key of its
+        seq, as a copy.
 
-        Message bodies in a snapshot are the log's (already sealed); what the fold made
-        plaintext is sealed here: header and state metadata values, the compaction summary.
-        Erasing the snapshot's seq destroys its key, so the snapshot no longer opens.
+        Message bodies in a snapshot are the log's (already sealed; an index snapshot holds
+        none); what the fold made plaintext is sealed here: header and state metadata values,
+        the compaction summary, ended conversations' titles and previews. Erasing the
+        snapshot's seq destroys its key, so the snapshot no longer opens.
         """
         seq = snapshot.seq
         header = msgspec.structs.replace(
@@ -451,8 +464,9 @@ class SessionSeal:
         ]
         return msgspec.structs.replace(snapshot, header=header, state=state)
 
-    def open_snapshot(self, snapshot: Snapshot) -> bool:
-        """Open a decoded snapshot's sealed values in place; False if its key is gone."""
+    def open_snapshot(self, snapshot: Anchored) -> bool:
+        """Open a decoded snapshot's (either format) sealed values in place; False if its key
+        is gone."""
         seq = snapshot.seq
         if self.tree.leaf(seq) is None:
             return False

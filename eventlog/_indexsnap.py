@@ -28,8 +28,8 @@ from __future__ import annotations
 import bisect
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
-from typing import Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
 
 import msgspec
 
@@ -74,6 +74,9 @@ class IndexMeta(Anchored, kw_only=True):
 
 
 _decoder = snapshot_decoder(IndexMeta)
+
+MetaSeal = Callable[[IndexMeta], IndexMeta]
+"""Seals a sealed session's index snapshot before it is encoded (plaintext values sealed)."""
 
 
 def is_index_snapshot(data: bytes) -> bool:
@@ -177,6 +180,7 @@ class FileMessages:
         self.meta = meta
         self._chunks = _Chunks(files, "index", RECORD.size, meta.records, meta.record_digests)
         self._chunks.key = hash_key
+        self.opener: Callable[[MessageAppended], dict[str, Any]] | None = None
 
     def records(self, start: int, count: int) -> bytes:
         """Records ``start`` to ``start + count``, checked."""
@@ -189,7 +193,11 @@ class FileMessages:
     def all_messages(self) -> list[MessageAppended]:
         """Every message event the records stand for, decoded from the log, in order."""
         events = log_events(self._files, self._meta, self.hash_key)
-        return [e for e in events if isinstance(e, MessageAppended)]
+        messages = [e for e in events if isinstance(e, MessageAppended)]
+        if self.opener is not None:
+            for message in messages:
+                message.__dict__["_open"] = self.opener
+        return messages
 
 
 #: Id lookups answered by scanning the records before their digests are sorted (a writer
@@ -353,30 +361,34 @@ def write_index(
     spans: Sequence[tuple[int, int]],
     base: IndexMeta | None,
     hash_key: bytes,
+    seal: MetaSeal | None = None,
 ) -> bytes:
     """Write the records of ``events`` (whose lines are at ``spans``, absolute) and return the
     encoded snapshot of ``state`` at ``anchor``.
 
     ``base`` is the snapshot the events follow (None: they are the whole log). ``state`` is
-    the fold of ``events`` onto it: its in-memory messages are among ``events``.
+    the fold of ``events`` onto it: its in-memory messages are among ``events``. ``seal``
+    (a sealed session's) seals the snapshot's plaintext values before it is encoded, and
+    its message records carry no content flags (see :func:`pack_record`).
 
     Raises:
         SnapshotError: a record cannot hold a value (a token count past 32 bits).
     """
     records = base.records if base is not None else 0
     prev = base.head if base is not None else (header.h or "")
-    new = _NewRecords(records)
+    new = _NewRecords(records, sealed=seal is not None)
     for event, (offset, length) in zip(events, spans, strict=True):
         new.add(event, event.id, offset, length, prev, hash_key)
         prev = event.h
-    return _finish(files, header, state, anchor, base, new, hash_key)
+    return _finish(files, header, state, anchor, base, new, hash_key, seal)
 
 
 class _NewRecords:
     """The records of the lines after a snapshot, as they are collected."""
 
-    def __init__(self, records: int) -> None:
+    def __init__(self, records: int, *, sealed: bool = False) -> None:
         self.records = records
+        self.sealed = sealed
         self.msg_out: list[bytes] = []
         self.id_out: list[bytes] = []
         self.ordinal_of: dict[int, int] = {}
@@ -396,7 +408,8 @@ class _NewRecords:
         if isinstance(event, MessageAppended):
             self.ordinal_of[event.seq] = self.records + len(self.msg_out)
             try:
-                self.msg_out.append(pack_record(event, offset, length, prev, h))
+                record = pack_record(event, offset, length, prev, h, sealed=self.sealed)
+                self.msg_out.append(record)
             except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
                 raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
         self.id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
@@ -410,6 +423,7 @@ def _finish(
     base: IndexMeta | None,
     new: _NewRecords,
     hash_key: bytes,
+    seal: MetaSeal | None = None,
 ) -> bytes:
     records = new.records
     first_seq = base.seq + 1 if base is not None else 1
@@ -439,7 +453,7 @@ def _finish(
     meta.records = records + len(msg_out)
     meta.record_digests = record_digests
     meta.id_digests = id_digests
-    return encode_meta(meta, hash_key)
+    return encode_meta(meta if seal is None else seal(meta), hash_key)
 
 
 _MESSAGE_TAG: Final = b'{"type":"message",'

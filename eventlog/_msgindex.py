@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import blake2b
 from typing import Any, Final, Protocol, overload
 
@@ -67,16 +67,29 @@ def role_and_flags(message: dict[str, Any]) -> tuple[int, int]:
 
 
 def pack_record(
-    event: MessageAppended, offset: int, length: int, prev_h: str | bytes, h: bytes = b""
+    event: MessageAppended,
+    offset: int,
+    length: int,
+    prev_h: str | bytes,
+    h: bytes = b"",
+    *,
+    sealed: bool = False,
 ) -> bytes:
     """The record of ``event`` whose line is ``length`` bytes at ``offset`` of the log;
     ``prev_h`` is the previous line's hash (hex, or raw), ``h`` the event's (raw) when the
     caller has it.
 
+    A ``sealed`` message (an encrypted store's) gets its role code, an envelope field read
+    without opening it, and no flags: the flags say what the content holds.
+
     Raises:
         struct.error: a token count outside 32 bits (the caller then writes no index).
     """
-    role, flags = role_and_flags(event.message)
+    if sealed:
+        role = event.role
+        role, flags = (ROLES.get(role, 0) if isinstance(role, str) else 0), 0
+    else:
+        role, flags = role_and_flags(event.message)
     return RECORD.pack(
         event.seq,
         offset,
@@ -95,6 +108,9 @@ class IndexSource(Protocol):
     #: Where the log lives, for error messages.
     where: str
     hash_key: bytes
+    #: Attached to every message event read (an encrypted store's opener of sealed bodies,
+    #: see ``MessageAppended.message``); None: bodies are plaintext.
+    opener: Callable[[MessageAppended], dict[str, Any]] | None
 
     def records(self, start: int, count: int) -> bytes:
         """Records ``start`` to ``start + count`` (digest-checked), ``RECORD.size`` each."""
@@ -472,6 +488,7 @@ def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
     data = source.read(start, end - start)
     view = memoryview(data)
     key = source.hash_key
+    opener = source.opener
     out: list[MessageAppended] = []
     append = out.append
     open_at = SUFFIX_LEN + 1
@@ -499,6 +516,8 @@ def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
             raise _bad(source, seq, offset, f"is not a message event ({exc})") from exc
         if event.seq != seq or event.tokens != tokens:
             raise _bad(source, seq, offset, "disagrees with the index on its seq or tokens")
+        if opener is not None:
+            event.__dict__["_open"] = opener
         append(event)
     return out
 

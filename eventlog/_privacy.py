@@ -12,9 +12,10 @@ Rules:
   after the event and before the keys are destroyed loses nothing: readers already treat those
   seqs as destroyed (the log says so), and the next open of the session (or a repeated call)
   destroys the keys. A crash before the event changes nothing.
-- Derived views never hold plaintext of a sealed session: snapshots are sealed with the key of
-  their seq (so erasing destroys them too), and catalog rows of sealed sessions keep no title,
-  preview or summary.
+- Derived views never hold plaintext of a sealed session: snapshots (either format) are sealed
+  with the key of their seq (so erasing destroys them too); an index snapshot is opened where
+  it is read (``_read_snapshot``) and sealed where it is encoded, so in memory it is always
+  plaintext; catalog rows of sealed sessions keep no title, preview or summary.
 - Rotation rewraps the key records only; no log byte changes.
 """
 
@@ -32,9 +33,10 @@ from ._crypto import SEALING, Keyring, SessionSeal
 from ._errors import EventLogError, InvalidEventError, KeyUnavailableError
 from ._events import Erased, Event, Header, KnownEvent, MessageAppended, Redacted
 from ._fold import SessionState
+from ._indexsnap import IndexMeta
 from ._keystore import KeyProvider, KeyStore
 from ._names import check_key
-from ._snapshot import Snapshot
+from ._snapshot import Anchored, S
 from ._writeapi import Draft, WriteAPI
 
 if TYPE_CHECKING:
@@ -98,9 +100,8 @@ class PrivacyOps:
         seal = cache.get(header.id)
         if seal is None or seal.key != key:
             seal = cache[header.id] = SessionSeal(keyring, key, header.id, tree)
-        elif seal.tree is not tree:
-            seal.tree = tree
-            seal._ciphers.clear()
+        else:
+            seal.tree = tree  # the record's tree now (another store may have destroyed keys)
         return seal
 
     def _unseal_events(self, key: str, state: SessionState, events: list[Event]) -> list[Event]:
@@ -125,11 +126,8 @@ class PrivacyOps:
         if header is not None and header.sealing:
             self._seal_of(key, header).open_decoded(decoded)
 
-    def _unseal_restored(self, key: str, snapshot: Snapshot, decoded: Decoded) -> bool:
-        """Open a snapshot's sealed values and the tail decoded after it (before the fold).
-
-        False when the snapshot cannot be opened (its seq's key was destroyed): read the log.
-        """
+    def _open_sealed(self, key: str, snapshot: Anchored) -> bool:
+        """Open a snapshot's sealed values in place (False: its seq's key was destroyed)."""
         header = snapshot.header
         if not header.sealing:
             return True
@@ -137,13 +135,30 @@ class PrivacyOps:
         state = snapshot.state
         erased = state.erased_upto or -1  # 0: nothing was erased (seq 0 is the header)
         seal.dead = (max(seal.dead[0], erased), seal.dead[1] | set(state.redacted))
-        opened = seal.open_snapshot(snapshot)
-        if not opened:
+        return seal.open_snapshot(snapshot)
+
+    def _unseal_restored(self, key: str, snapshot: Anchored, decoded: Decoded) -> bool:
+        """Open a snapshot's sealed values and the tail decoded after it (before the fold).
+
+        An index snapshot's values were opened when it was read (``_read_snapshot``); its
+        messages are read from the log lines, and get the opener as they are. False when
+        the snapshot cannot be opened (its seq's key was destroyed): read the log.
+        """
+        header = snapshot.header
+        if not header.sealing:
+            return True
+        indexed = isinstance(snapshot, IndexMeta)
+        if not indexed and not self._open_sealed(key, snapshot):
             return False
+        seal = self._seal_of(key, snapshot.header)
         decoded.header = snapshot.header  # the tail's decode names the snapshot's header
         seal.open_decoded(decoded, header=False)
         opener = seal.open_message
-        for message in state.messages:
+        messages = snapshot.state.messages
+        source = messages.source
+        if indexed and source is not None:
+            source.opener = opener
+        for message in messages.in_memory:
             message.__dict__["_open"] = opener
         return True
 
@@ -172,9 +187,8 @@ class PrivacyOps:
         for seq in state.redacted:
             if not seal.tree.destroyed(seq):
                 seal.tree = keyring.destroy(seal.session_id, seq, seq)
-        seal._ciphers.clear()
 
-    def _seal_snapshot(self, key: str, snapshot: Snapshot) -> Snapshot:
+    def _seal_snapshot(self, key: str, snapshot: S) -> S:
         """A snapshot of a sealed session with its plaintext values sealed (messages already are)."""
         if not snapshot.header.sealing:
             return snapshot

@@ -39,6 +39,7 @@ from ._indexsnap import (
     FileColdIds,
     FileMessages,
     IndexMeta,
+    MetaSeal,
     decode_meta,
     extend_from_state,
     is_index_snapshot,
@@ -110,7 +111,19 @@ class SnapshotViews:
             meta = decode_meta(blob, key, self._hash_key)
         except SnapshotError:
             return None
-        return None if _private(meta.state) or meta.header.sealing else meta
+        if _withheld(meta.state):
+            return None
+        # A sealed session's index snapshot is opened here, where it is read: every IndexMeta
+        # in memory holds plaintext values, and is sealed again only when encoded.
+        return meta if self._store._open_sealed(key, meta) else None
+
+    def _index_seal(self, header: Header) -> MetaSeal | None:
+        """How a sealed session's index snapshot is sealed before it is encoded (None: it
+        is not sealed)."""
+        if not header.sealing:
+            return None
+        store = self._store
+        return lambda meta: store._seal_snapshot(meta.key, meta)
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -220,7 +233,7 @@ class SnapshotViews:
             meta = None
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
-        if _private(state) or header.sealing:
+        if _withheld(state):
             return None
         try:
             blob = write_index(
@@ -232,6 +245,7 @@ class SnapshotViews:
                 spans=spans,
                 base=meta,
                 hash_key=self._hash_key,
+                seal=self._index_seal(header),
             )
         except (SnapshotError, msgspec.EncodeError, OverflowError) as exc:
             self._backend.put_snapshot(key, None)
@@ -279,9 +293,9 @@ class SnapshotViews:
         else:
             restored = snap.state
         decoded = resume(snap, tail, self._hash_key)
+        if not self._store._unseal_restored(key, snap, decoded):
+            return None  # sealed with a key that is gone (erased): read the log
         if isinstance(snap, Snapshot):
-            if not self._store._unseal_restored(key, snap, decoded):
-                return None  # sealed with a key that is gone (erased): read the log
             restored = snap.state
         state = fold(snap.header, decoded.events, restored)
         state.head = decoded.head  # the last line's: a segment header is a link too
@@ -412,6 +426,15 @@ class _Settler:
 
 
 def _private(state: SessionState) -> bool:
-    """Whether a session's state withholds content (sealed, erased, redacted): its snapshots
-    keep the messages as the fold left them (format 2), not as offsets into the log."""
-    return state.sealed or bool(state.erased_upto) or bool(state.redacted)
+    """Whether a writer leaves a session's index alone (sealed, erased, redacted): settling
+    and the close-time extension index only plaintext sessions (a sealed one's snapshot is
+    written by :meth:`SnapshotViews.write_snapshot`, which seals it)."""
+    return state.sealed or _withheld(state)
+
+
+def _withheld(state: SessionState) -> bool:
+    """Whether a session's state withholds content (erased, redacted): its snapshots keep
+    the messages as the fold left them (format 2), not as offsets into the log lines, which
+    still hold what the fold withheld. A sealed session with nothing withheld gets index
+    snapshots: its lines open (or read back as withheld) when they are read."""
+    return bool(state.erased_upto) or bool(state.redacted)
