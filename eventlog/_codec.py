@@ -306,6 +306,13 @@ class LineDecoder:
             return "hash mismatch (edited, reordered, or written with another key)"
         if line_too_deep(line):  # the writer refuses such values: never a RecursionError
             return f"nested deeper than {LINE_MAX_DEPTH} containers"
+        if not line.isascii():
+            # msgspec does not look inside a message body (kept raw, decoded on first use), so
+            # text that is not UTF-8 is found here, as a bad line, not later by a reader.
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"invalid UTF-8 at byte {exc.start} of the line"
         if self.expect_header:
             try:
                 header = _header_decoder.decode(line)

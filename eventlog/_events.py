@@ -17,6 +17,7 @@ from typing import Any, Final, Literal, overload
 
 import msgspec
 
+from ._errors import InvalidEventError
 from ._jsonbytes import encode_json
 
 FORMAT_NAME: Final = "sessionlog"
@@ -113,9 +114,16 @@ class _Message:
             return self
         cached = event.__dict__
         opener = cached.get("_open")
-        message: dict[str, Any] = (
-            opener(event) if opener is not None else _decode_message(event.body)
-        )
+        if opener is not None:
+            message: dict[str, Any] = opener(event)
+        else:
+            try:
+                message = _decode_message(event.body)
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+                # Lines are checked when read, so only a body built by hand gets here.
+                raise InvalidEventError(
+                    f"the message of event seq {event.seq} is not a JSON object: {exc}"
+                ) from exc
         cached["message"] = message
         return message
 

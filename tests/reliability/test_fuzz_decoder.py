@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import tracemalloc
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sessionledger.eventlog import MemoryStore, decode_log
@@ -42,6 +42,7 @@ def test_random_bytes(data: bytes) -> None:
 
 @SETTINGS
 @given(st.integers(0, 2**32), st.integers(1, 8), st.booleans(), st.booleans())
+@example(613765633, 1, False, True)  # invalid UTF-8 inside a message body, rechained
 def test_mutated_real_logs(seed: int, rounds: int, keyed: bool, chained: bool) -> None:
     rng = random.Random(seed)
     key = normalize_key(SECRET) if keyed else b""
@@ -77,6 +78,7 @@ def test_specific_hostile_lines() -> None:
         b"1" * 5000,
         b"1e99999",
         b'"\xed\xa0\x80"',
+        b'"bad \xe2\x28\xa1 continuation"',
     ):
         data = _with_line(content)
         decoded = decode_log(data)

@@ -92,7 +92,8 @@ def test_a_writer_waiting_for_the_lock_folds_in_what_others_wrote(
     appender.start()
     try:
         deadline = time.monotonic() + 10
-        while not reads and time.monotonic() < deadline:
+        # The read is noted before it is folded in: wait for the fold, not just the read.
+        while (not reads or w.seq != 4) and time.monotonic() < deadline:
             time.sleep(0.005)
         assert reads == [True] and w.seq == 4  # folded while the lock was held elsewhere
         assert appender.is_alive()  # and not written
