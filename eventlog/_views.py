@@ -172,10 +172,7 @@ class SnapshotViews:
         restored = None if rebuild else self.restore(key, None)
         if restored is not None:
             snap, tail, decoded, state = restored
-            if decoded.bad is not None:
-                raise CorruptLogError(
-                    self._store._describe(key), decoded.bad.line, decoded.bad.reason
-                )
+            self._refuse_bad_line(key, decoded)
             if not decoded.events:
                 return SnapshotStatus(key, "valid", snap.seq)
             header = snap.header
@@ -195,12 +192,16 @@ class SnapshotViews:
         self.seqs[key] = anchor.seq
         return SnapshotStatus(key, "valid", anchor.seq, written=True)
 
+    def _refuse_bad_line(self, key: str, decoded: Decoded) -> None:
+        """A snapshot is never written over a log with a bad line: CorruptLogError naming it."""
+        if decoded.bad is not None:
+            raise CorruptLogError(self._store._describe(key), decoded.bad.line, decoded.bad.reason)
+
     def _fold_whole_log(self, key: str) -> tuple[bytes, Decoded, Header, SessionState]:
         """The whole log of ``key``, decoded and folded (a bad line is a CorruptLogError)."""
         data = self._store.read_bytes(key)
         decoded = self._store._decode(key, data)
-        if decoded.bad is not None:
-            raise CorruptLogError(self._store._describe(key), decoded.bad.line, decoded.bad.reason)
+        self._refuse_bad_line(key, decoded)
         assert decoded.header is not None
         state = fold(decoded.header, decoded.events)
         state.head = decoded.head  # the last line's: a segment header is a link too
@@ -215,10 +216,7 @@ class SnapshotViews:
         if restored is not None and isinstance(restored[0], IndexMeta):
             base = restored[0]
             _, tail, decoded, state = restored
-            if decoded.bad is not None:
-                raise CorruptLogError(
-                    self._store._describe(key), decoded.bad.line, decoded.bad.reason
-                )
+            self._refuse_bad_line(key, decoded)
             if not decoded.events:
                 return SnapshotStatus(key, "valid", base.seq)
             header = base.header
