@@ -236,7 +236,9 @@ class AsyncBaseStore:
             log.sync_in_thread = self._offload
             log.settle = sync._views.settler(key)
             writer = AsyncSessionWriter(log, on_close=self._forget)
-            await self._run(partial(sync._arm_writer, writer))  # an encrypted store's sealer
+            await self._run(
+                partial(sync._privacy.arm_writer, writer)
+            )  # an encrypted store's sealer
             self._logs[key] = log
             return writer, report
         return AsyncSessionWriter(log, on_close=self._forget), report

@@ -110,7 +110,7 @@ class FileStore(BaseStore):
         )
         if key_provider is not None and key_store is None:
             key_store = FileKeyStore(self.root / KEYS_DIR, durable=durable)
-        self._use_keys(key_provider, key_store)
+        self._privacy.use_keys(key_provider, key_store)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r}, durability={self.durability!r})"

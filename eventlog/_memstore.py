@@ -327,7 +327,7 @@ class MemoryStore(BaseStore):
         )
         if key_provider is not None and key_store is None:
             key_store = MemoryKeyStore()
-        self._use_keys(key_provider, key_store)
+        self._privacy.use_keys(key_provider, key_store)
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._memory.shared.logs)} sessions)"
@@ -340,7 +340,9 @@ class MemoryStore(BaseStore):
             token_counter=self.token_counter,
         )
         other._memory.shared = self._memory.shared
-        other._keyring = self._keyring  # the same keys, as a second process would use
+        other._privacy.keyring = (
+            self._privacy.keyring
+        )  # the same keys, as a second process would use
         return other
 
     @property

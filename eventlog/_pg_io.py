@@ -291,7 +291,7 @@ class _PgIO:
                 and dec.head == moved.head
                 and self._size + len(moved.tail) == moved.size
             ):
-                for event in self._store._unseal_events(self._key, state, events):
+                for event in self._store._privacy.unseal_events(self._key, state, events):
                     apply(state, event)
                 self._size = moved.size
                 self._settled = False  # others' events may have changed the messages

@@ -122,7 +122,7 @@ class PostgresStore(BaseStore):
         super().__init__(
             PgBackend(self), durability=durability, hash_key=hash_key, token_counter=token_counter
         )
-        self._use_keys(key_provider, key_store)
+        self._privacy.use_keys(key_provider, key_store)
         #: The one writer per session this store hands out (its log is in ``_writers``).
         self._pg_writers: dict[str, PgSessionWriter] = {}
 
@@ -300,7 +300,7 @@ class PostgresStore(BaseStore):
                     problem = decoded.bad or decoded.torn
                     if problem is not None:
                         raise CorruptLogError(self._describe(key), problem.line, problem.reason)
-                    if self._unseal_restored(key, snap, decoded):
+                    if self._privacy.unseal_restored(key, snap, decoded):
                         if writing:
                             self._check_writable(key, snap.header)
                         self._views.seqs[key] = snap.seq
@@ -415,7 +415,7 @@ class PostgresStore(BaseStore):
             if not create:
                 raise SessionNotFoundError(key)
             header = self._new_header(key, metadata)
-            sealed = self._seal_new_header(header)
+            sealed = self._privacy.seal_new_header(header)
             line, h = encode_line(sealed, ZERO_HASH, self._hash_key)
             state = initial_state(msgspec.structs.replace(header, h=h, sealing=sealed.sealing))
             if self._create(conn, key, state, line):
@@ -443,7 +443,7 @@ class PostgresStore(BaseStore):
                     hash_key=self._hash_key,
                     token_counter=self.token_counter,
                 )
-                self._arm_writer(writer)
+                self._privacy.arm_writer(writer)
                 # The store closes (and after fork resets) the log; writers share it.
                 self._pg_writers[key] = writer
                 self._writers[key] = writer.log

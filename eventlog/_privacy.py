@@ -1,6 +1,7 @@
 """The store's privacy operations: encryption at rest, erasure, redaction, key rotation.
 
-Every sync store mixes this in; it is inert until a store is given a ``key_provider``.
+Every sync store holds one :class:`Privacy` and delegates its privacy methods to it; it is
+inert until the store is given a ``key_provider``.
 
 Rules:
 - Sealing follows the session's header: a session created by an encrypting store is sealed
@@ -22,9 +23,10 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -54,41 +56,32 @@ def _check_note(name: str, value: object) -> str | None:
     return value
 
 
-class PrivacyOps:
-    """Erase, redact, rotate, and the sealing hooks of the store (mixed into ``BaseStore``)."""
+class Privacy:
+    """Erase, redact, rotate, and the sealing hooks of one store (it holds this object)."""
 
-    _keyring: Keyring | None = None
+    def __init__(self, store: BaseStore) -> None:
+        # The store owns this object: a weak reference back, so no cycle keeps the store alive.
+        self._store = cast("BaseStore", weakref.proxy(store))
+        #: The store's key provider and key store (None: no encryption).
+        self.keyring: Keyring | None = None
+        #: The seal of each sealed session this store opened, by session id.
+        self._seals: dict[str, SessionSeal] = {}
 
-    def _use_keys(self, provider: KeyProvider | None, keystore: KeyStore | None) -> None:
+    def use_keys(self, provider: KeyProvider | None, keystore: KeyStore | None) -> None:
+        """Encrypt with ``provider``'s master key and ``keystore``'s records (None: plaintext)."""
         if provider is None:
             if keystore is not None:
                 raise InvalidEventError("key_store= needs a key_provider=")
             return
         if keystore is None:
             raise InvalidEventError("this store needs key_store= beside key_provider=")
-        self._keyring = Keyring(provider, keystore)
-
-    @property
-    def encrypted(self) -> bool:
-        """Whether this store seals the sessions it creates (it has a key provider)."""
-        return self._keyring is not None
-
-    @property
-    def keyring(self) -> Keyring | None:
-        """The store's key provider and key store (None: no encryption)."""
-        return self._keyring
+        self.keyring = Keyring(provider, keystore)
 
     # -- hooks the store calls -------------------------------------------------------------------
 
-    def _seal_cache(self) -> dict[str, SessionSeal]:
-        cache: dict[str, SessionSeal] | None = self.__dict__.get("_seals")
-        if cache is None:
-            cache = self.__dict__.setdefault("_seals", {})
-        return cache
-
-    def _seal_of(self, key: str, header: Header) -> SessionSeal:
+    def seal_of(self, key: str, header: Header) -> SessionSeal:
         """The seal of a sealed session (its key tree re-read), or raise if it cannot open."""
-        keyring = self._keyring
+        keyring = self.keyring
         if keyring is None:
             raise KeyUnavailableError(
                 f"session {key!r}", "its log is encrypted; open the store with its key_provider"
@@ -96,7 +89,7 @@ class PrivacyOps:
         if header.sealing != SEALING:
             raise KeyUnavailableError(f"session {key!r}", f"unknown sealing {header.sealing!r}")
         tree = keyring.tree(header.id)
-        cache = self._seal_cache()
+        cache = self._seals
         seal = cache.get(header.id)
         if seal is None or seal.key != key:
             seal = cache[header.id] = SessionSeal(keyring, key, header.id, tree)
@@ -104,7 +97,7 @@ class PrivacyOps:
             seal.tree = tree  # the record's tree now (another store may have destroyed keys)
         return seal
 
-    def _unseal_events(self, key: str, state: SessionState, events: list[Event]) -> list[Event]:
+    def unseal_events(self, key: str, state: SessionState, events: list[Event]) -> list[Event]:
         """Events another writer appended after ``state``, opened (a shared log's catch-up)."""
         if not state.sealed:
             return events
@@ -116,28 +109,28 @@ class PrivacyOps:
             created_at=state.created_at,
             sealing=SEALING,
         )
-        seal = self._seal_of(key, header)
+        seal = self.seal_of(key, header)
         seal.note_dead(events)
         return [seal.open_event(e) for e in events]
 
-    def _unseal(self, key: str, decoded: Decoded) -> None:
+    def unseal(self, key: str, decoded: Decoded) -> None:
         """Open a freshly decoded log in place (nothing to do for a plaintext one)."""
         header = decoded.header
         if header is not None and header.sealing:
-            self._seal_of(key, header).open_decoded(decoded)
+            self.seal_of(key, header).open_decoded(decoded)
 
-    def _open_sealed(self, key: str, snapshot: Anchored) -> bool:
+    def open_sealed(self, key: str, snapshot: Anchored) -> bool:
         """Open a snapshot's sealed values in place (False: its seq's key was destroyed)."""
         header = snapshot.header
         if not header.sealing:
             return True
-        seal = self._seal_of(key, header)
+        seal = self.seal_of(key, header)
         state = snapshot.state
         erased = state.erased_upto or -1  # 0: nothing was erased (seq 0 is the header)
         seal.dead = (max(seal.dead[0], erased), seal.dead[1] | set(state.redacted))
         return seal.open_snapshot(snapshot)
 
-    def _unseal_restored(self, key: str, snapshot: Anchored, decoded: Decoded) -> bool:
+    def unseal_restored(self, key: str, snapshot: Anchored, decoded: Decoded) -> bool:
         """Open a snapshot's sealed values and the tail decoded after it (before the fold).
 
         An index snapshot's values were opened when it was read (``_read_snapshot``); its
@@ -148,9 +141,9 @@ class PrivacyOps:
         if not header.sealing:
             return True
         indexed = isinstance(snapshot, IndexMeta)
-        if not indexed and not self._open_sealed(key, snapshot):
+        if not indexed and not self.open_sealed(key, snapshot):
             return False
-        seal = self._seal_of(key, snapshot.header)
+        seal = self.seal_of(key, snapshot.header)
         decoded.header = snapshot.header  # the tail's decode names the snapshot's header
         seal.open_decoded(decoded, header=False)
         opener = seal.open_message
@@ -162,25 +155,25 @@ class PrivacyOps:
             message.__dict__["_open"] = opener
         return True
 
-    def _seal_new_header(self, header: Header) -> Header:
+    def seal_new_header(self, header: Header) -> Header:
         """The header line's event for a new session (a key record is created first)."""
-        keyring = self._keyring
+        keyring = self.keyring
         if keyring is None:
             return header
         tree = keyring.create(header.id)
-        seal = self._seal_cache()[header.id] = SessionSeal(keyring, header.key, header.id, tree)
+        seal = self._seals[header.id] = SessionSeal(keyring, header.key, header.id, tree)
         return seal.seal_header(header)
 
-    def _arm_writer(self, writer: WriteAPI[Any, Any]) -> None:
+    def arm_writer(self, writer: WriteAPI[Any, Any]) -> None:
         """Give a writer of a sealed session its sealer, and finish an interrupted erasure."""
-        seal = self._seal_cache().get(writer.state.id)
-        if seal is None or self._keyring is None:
+        seal = self._seals.get(writer.state.id)
+        if seal is None or self.keyring is None:
             return
         writer._seal = seal.seal
-        self._finish_destroying(seal, writer.state)
+        self.finish_destroying(seal, writer.state)
 
-    def _finish_destroying(self, seal: SessionSeal, state: SessionState) -> None:
-        keyring = self._keyring
+    def finish_destroying(self, seal: SessionSeal, state: SessionState) -> None:
+        keyring = self.keyring
         assert keyring is not None
         if state.erased_upto and state.erased_upto > seal.tree.erased_upto:
             seal.tree = keyring.destroy(seal.session_id, 0, state.erased_upto)
@@ -188,11 +181,11 @@ class PrivacyOps:
             if not seal.tree.destroyed(seq):
                 seal.tree = keyring.destroy(seal.session_id, seq, seq)
 
-    def _seal_snapshot(self, key: str, snapshot: S) -> S:
+    def seal_snapshot(self, key: str, snapshot: S) -> S:
         """A snapshot of a sealed session with its plaintext values sealed (messages already are)."""
         if not snapshot.header.sealing:
             return snapshot
-        return self._seal_of(key, snapshot.header).seal_snapshot(snapshot)
+        return self.seal_of(key, snapshot.header).seal_snapshot(snapshot)
 
     # -- public operations -----------------------------------------------------------------------
 
@@ -204,7 +197,7 @@ class PrivacyOps:
         """
         if not header.sealing:
             return header
-        return self._seal_of(key, header).open_header(header)
+        return self.seal_of(key, header).open_header(header)
 
     def open_events(self, key: str, header: Header, events: list[Event]) -> list[Event]:
         """Events read from ``key``'s bytes by hand, opened as ``load`` opens them.
@@ -214,7 +207,7 @@ class PrivacyOps:
         """
         if not header.sealing:
             return events
-        seal = self._seal_of(key, header)
+        seal = self.seal_of(key, header)
         seal.note_dead(events)
         return [seal.open_event(e) for e in events]
 
@@ -223,31 +216,31 @@ class PrivacyOps:
 
         ``replay.recover`` calls it for every session; opening a session for writing does too.
         """
-        if self._keyring is None:
+        if self.keyring is None:
             return False
-        store: BaseStore = self  # type: ignore[assignment]
+        store = self._store
         data = store._backend.read(check_key(key))
         header = header_of(data) if data else None
         if header is None or not header.sealing:
             return False
         state = store.load(key).state
-        seal = self._seal_of(key, header)
+        seal = self.seal_of(key, header)
         before = seal.tree
-        self._finish_destroying(seal, state)
+        self.finish_destroying(seal, state)
         return seal.tree is not before
 
     @contextlib.contextmanager
-    def _sealed_writer(self, key: str, what: str) -> Iterator[tuple[SessionWriter, SessionSeal]]:
+    def sealed_writer(self, key: str, what: str) -> Iterator[tuple[SessionWriter, SessionSeal]]:
         """This store's writer of ``key`` (opened for the call, and closed after, if need be)."""
-        store: BaseStore = self  # type: ignore[assignment]
-        if self._keyring is None:
+        store = self._store
+        if self.keyring is None:
             raise InvalidEventError(f"{what} needs an encrypted store (key_provider=)")
         key = check_key(key)
         own = store._writers.get(key)
         opened = own is None or own.closed
         writer = store.open(key)
         try:
-            seal = self._seal_cache().get(writer.state.id)
+            seal = self._seals.get(writer.state.id)
             if seal is None:
                 raise InvalidEventError(
                     f"session {key!r} is not encrypted: {what} destroys keys, and it has none"
@@ -270,12 +263,12 @@ class PrivacyOps:
         def make(_s: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
             return Erased(seq=seq, ts=ts, id=eid, by=by, reason=reason)
 
-        with self._sealed_writer(key, "erase") as (writer, seal):
+        with self.sealed_writer(key, "erase") as (writer, seal):
             seq = writer._submit(Draft(make), None, None)
             writer.flush()
             seal.dead = (max(seal.dead[0], seq), seal.dead[1])
-            self._finish_destroying(seal, writer.state)
-            self._drop_views(key)
+            self.finish_destroying(seal, writer.state)
+            self.drop_views(key)
         return seq
 
     def redact(
@@ -294,18 +287,18 @@ class PrivacyOps:
         def make(_s: SessionState, at: int, ts: datetime, eid: str) -> KnownEvent:
             return Redacted(seq=at, ts=ts, id=eid, target=seq, by=by, reason=reason)
 
-        with self._sealed_writer(key, "redact") as (writer, seal):
+        with self.sealed_writer(key, "redact") as (writer, seal):
             state = writer.state
             if seq in state.redacted or seq <= state.erased_upto:
-                self._finish_destroying(seal, state)
+                self.finish_destroying(seal, state)
                 return 0
-            if not self._is_message(key, state, seq):
+            if not self.is_message(key, state, seq):
                 raise InvalidEventError(f"session {key!r}: seq {seq} is not a message event")
             done = writer._submit(Draft(make), None, None)
             writer.flush()
             seal.dead[1].add(seq)
-            self._finish_destroying(seal, writer.state)
-            self._drop_views(key)
+            self.finish_destroying(seal, writer.state)
+            self.drop_views(key)
         return done
 
     def rotate_master_key(self, *, retire: bool = True) -> int:
@@ -314,36 +307,36 @@ class PrivacyOps:
         No log is touched. With ``retire`` the old master keys are dropped at the end (only
         then: a crash midway leaves every record openable; call again to finish).
         """
-        if self._keyring is None:
+        if self.keyring is None:
             raise InvalidEventError("rotate_master_key needs an encrypted store (key_provider=)")
-        count = self._keyring.rotate(retire=retire)
-        self._seal_cache().clear()
+        count = self.keyring.rotate(retire=retire)
+        self._seals.clear()
         return count
 
-    def _is_message(self, key: str, state: SessionState, seq: int) -> bool:
+    def is_message(self, key: str, state: SessionState, seq: int) -> bool:
         if seq > state.seq:
             return False
         for message in state.messages:
             if message.seq == seq:
                 return True
-        store: BaseStore = self  # type: ignore[assignment]
+        store = self._store
         for event in store.load(key, snapshot=False).events:
             if event.seq == seq:
                 return isinstance(event, MessageAppended)
         return False
 
-    def _drop_views(self, key: str) -> None:
+    def drop_views(self, key: str) -> None:
         """Remove the session's snapshot (rebuilt from the log when next needed)."""
-        store: BaseStore = self  # type: ignore[assignment]
+        store = self._store
         with contextlib.suppress(EventLogError, OSError):
             store.put_snapshot(key, None)
         store._views.seqs.pop(key, None)
 
-    def _forget_keys(self, session_id: str | None) -> None:
+    def forget_keys(self, session_id: str | None) -> None:
         """Destroy the key record of a session that was deleted for good."""
-        if self._keyring is not None and session_id is not None:
+        if self.keyring is not None and session_id is not None:
             with contextlib.suppress(KeyUnavailableError):
-                self._keyring.remove(session_id)
+                self.keyring.remove(session_id)
 
 
 def header_of(data: bytes) -> Header | None:

@@ -3,8 +3,9 @@
 A store holds a backend (:class:`~eventlog._backend.Backend`: open a session's bytes under its
 lock, read them without it, list, remove, quarantine, the trash and view bytes) and builds the
 rest on it once: this module turns bytes into checked, folded sessions the same way for every
-backend, so the stores cannot drift apart; the lifecycle (:class:`Lifecycle`) and the snapshots
-(:class:`SnapshotViews`) are objects the store holds, and its methods delegate to them.
+backend, so the stores cannot drift apart; the lifecycle (:class:`Lifecycle`), the snapshots
+(:class:`SnapshotViews`) and the sealing (:class:`Privacy`) are objects the store holds, and its
+methods delegate to them.
 
 Invariants:
 - Many writers, one log: a store keeps one :class:`SessionLog` per session it writes, and any
@@ -33,6 +34,7 @@ import msgspec
 
 from ._backend import Backend, CatchUp, SharedIO, TrashEntry
 from ._codec import ZERO_HASH, Decoded, TornTail, decode_log, encode_line, normalize_key
+from ._crypto import Keyring
 from ._errors import (
     CorruptLogError,
     InvalidEventError,
@@ -46,7 +48,7 @@ from ._fold import SessionState, apply, fold
 from ._indexsnap import IndexMeta
 from ._lifecycle import CleanupReport, EndHook, Lifecycle
 from ._names import check_key
-from ._privacy import PrivacyOps, header_of
+from ._privacy import Privacy, header_of
 from ._snapshot import Snapshot
 from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
@@ -94,7 +96,7 @@ def _weak_catch_up(store: BaseStore) -> CatchUp:
     return catch_up
 
 
-class BaseStore(PrivacyOps):
+class BaseStore:
     """A store over a :class:`~eventlog.backend.Backend`: the shared logic of every sync store.
 
     ``BaseStore(backend)`` is a complete store; :class:`FileStore`, :class:`MemoryStore` and
@@ -124,6 +126,7 @@ class BaseStore(PrivacyOps):
         backend.attach(_weak_catch_up(self))
         self._lifecycle = Lifecycle(self, backend.trash())
         self._views = SnapshotViews(self, backend)
+        self._privacy = Privacy(self)
         #: The session logs this store writes, by key (each shared by its writer handles).
         self._writers: dict[str, SessionLog] = {}
         self._reports: dict[str, OpenReport] = {}
@@ -253,13 +256,13 @@ class BaseStore(PrivacyOps):
             self._close_writer(key)
             removed = self._backend.remove(key)
         if removed:
-            self._forget_keys(sealed)
+            self._privacy.forget_keys(sealed)
         if removed and final is not None:
             self._lifecycle.ended(final, "delete")
         return removed
 
     def _sealed_id(self, key: str) -> str | None:
-        if self._keyring is None:
+        if self._privacy.keyring is None:
             return None
         data = self._backend.read(key)
         header = header_of(data) if data else None
@@ -368,6 +371,63 @@ class BaseStore(PrivacyOps):
     def put_snapshot(self, key: str, data: bytes | None) -> None:
         """Store (or with None, remove) the snapshot of ``key``, atomically."""
         self._backend.put_snapshot(check_key(key), data)
+
+    # -- privacy (see :class:`Privacy`) --------------------------------------------------------
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether this store seals the sessions it creates (it has a key provider)."""
+        return self._privacy.keyring is not None
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The store's key provider and key store (None: no encryption)."""
+        return self._privacy.keyring
+
+    def open_header(self, key: str, header: Header) -> Header:
+        """A header read from ``key``'s bytes by hand, its sealed values opened (as ``load``).
+
+        See :meth:`Privacy.open_header`.
+        """
+        return self._privacy.open_header(key, header)
+
+    def open_events(self, key: str, header: Header, events: list[Event]) -> list[Event]:
+        """Events read from ``key``'s bytes by hand, opened as ``load`` opens them.
+
+        See :meth:`Privacy.open_events`.
+        """
+        return self._privacy.open_events(key, header, events)
+
+    def finish_erasures(self, key: str) -> bool:
+        """Destroy keys an interrupted erase or redact left (the log records it); True if any.
+
+        ``replay.recover`` calls it for every session; opening a session for writing does too.
+        """
+        return self._privacy.finish_erasures(key)
+
+    def erase(self, key: str, *, by: str | None = None, reason: str | None = None) -> int:
+        """Erase a session's content: destroy its keys, keep its log (envelopes and chain).
+
+        Returns the seq of the ``erased`` event; see :meth:`Privacy.erase`.
+        """
+        return self._privacy.erase(key, by=by, reason=reason)
+
+    def redact(
+        self, key: str, seq: int, *, by: str | None = None, reason: str | None = None
+    ) -> int:
+        """Redact one message: destroy its key; its event stays, with its envelope.
+
+        Returns the seq of the ``redacted`` event (0: already redacted); see
+        :meth:`Privacy.redact`.
+        """
+        return self._privacy.redact(key, seq, by=by, reason=reason)
+
+    def rotate_master_key(self, *, retire: bool = True) -> int:
+        """Rewrap every session key under a new master key; return how many were rewrapped.
+
+        See :meth:`Privacy.rotate_master_key`.
+        """
+        return self._privacy.rotate_master_key(retire=retire)
 
     # -- replay support (recover, repair, import, follow) ------------------------------------
 
@@ -508,7 +568,7 @@ class BaseStore(PrivacyOps):
             raise NotALogError(where, f"line 1: {reason}")
         if decoded.header.key != key:
             raise NotALogError(where, f"its header names session {decoded.header.key!r}")
-        self._unseal(key, decoded)
+        self._privacy.unseal(key, decoded)
         return decoded
 
     def _session(
@@ -543,7 +603,9 @@ class BaseStore(PrivacyOps):
                 log.settle = self._views.settler(key)
                 writer = SessionWriter(log, on_close=self._forget)
                 try:
-                    self._arm_writer(writer)  # an encrypted store's sealer, finished erasures
+                    self._privacy.arm_writer(
+                        writer
+                    )  # an encrypted store's sealer, finished erasures
                 except BaseException:
                     log.close()
                     raise
@@ -672,7 +734,7 @@ class BaseStore(PrivacyOps):
         torn = decoded.torn
         if decoded.bad is not None or (torn is not None and torn.data.endswith(b"\n")):
             return False
-        for event in self._unseal_events(key, state, decoded.events):
+        for event in self._privacy.unseal_events(key, state, decoded.events):
             apply(state, event)
         state.head = decoded.head  # the last line's: a segment header is a link too
         io.set_size(decoded.valid_length)
@@ -727,7 +789,7 @@ class BaseStore(PrivacyOps):
                 )
                 raw.io.truncate(0)
             header = self._new_header(key, metadata)
-            sealed = self._seal_new_header(header)
+            sealed = self._privacy.seal_new_header(header)
             line, h = encode_line(sealed, ZERO_HASH, self._hash_key)
             raw.io.append(line)
             if self.durability != "none":

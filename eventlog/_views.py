@@ -115,7 +115,7 @@ class SnapshotViews:
             return None
         # A sealed session's index snapshot is opened here, where it is read: every IndexMeta
         # in memory holds plaintext values, and is sealed again only when encoded.
-        return meta if self._store._open_sealed(key, meta) else None
+        return meta if self._store._privacy.open_sealed(key, meta) else None
 
     def _index_seal(self, header: Header) -> MetaSeal | None:
         """How a sealed session's index snapshot is sealed before it is encoded (None: it
@@ -123,7 +123,7 @@ class SnapshotViews:
         if not header.sealing:
             return None
         store = self._store
-        return lambda meta: store._seal_snapshot(meta.key, meta)
+        return lambda meta: store._privacy.seal_snapshot(meta.key, meta)
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -183,7 +183,7 @@ class SnapshotViews:
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
         try:
-            snapshot = self._store._seal_snapshot(key, make_snapshot(header, state, anchor))
+            snapshot = self._store._privacy.seal_snapshot(key, make_snapshot(header, state, anchor))
             blob = encode_snapshot(snapshot, self._hash_key)
         except (msgspec.EncodeError, OverflowError) as exc:
             self._backend.put_snapshot(key, None)
@@ -291,7 +291,7 @@ class SnapshotViews:
         else:
             restored = snap.state
         decoded = resume(snap, tail, self._hash_key)
-        if not self._store._unseal_restored(key, snap, decoded):
+        if not self._store._privacy.unseal_restored(key, snap, decoded):
             return None  # sealed with a key that is gone (erased): read the log
         if isinstance(snap, Snapshot):
             restored = snap.state
