@@ -137,14 +137,14 @@ def _conversations_of(
     rows = cat.rows if query is None else select(cat.rows, query)
     wanted = [r.key for r in rows if r.ended]
     if len(wanted) > 256:
-        ended = {e.key: e.ended for e in cat.entries().values() if e.key is not None and e.ended}
+        ended = {e.key: e.ended_rows() for e in cat.entries().values() if e.key and e.ended}
         return rows, ended
     ended = {}
     for key in wanted:
         name = name_for(store, key)
         for entry in cat.bucket(catalog_source(store).log_slot(name)):
             if entry.name == name and entry.key == key:
-                ended[key] = entry.ended
+                ended[key] = entry.ended_rows()
     return rows, ended
 
 
@@ -333,7 +333,7 @@ def catalog_listing(store: BaseStore, use: Callable[[Listing], _T], *, whole: bo
 def _listing(store: BaseStore, cat: Catalog, whole: bool) -> Listing:
     listing = cat.convs
     if listing is None or (whole and listing.all() is None):
-        ended = {e.key: e.ended for e in cat.entries().values() if e.key and e.ended}
+        ended = {e.key: e.ended_rows() for e in cat.entries().values() if e.key and e.ended}
         listing = cat.convs = Listing(rows=build(cat.rows, ended))
         _save(store, cat)
     return listing
@@ -439,7 +439,7 @@ def _apply(
     if cat.convs is not None:
         was = {e.key: e for _, e in todo if e is not None and e.key in infos}
         was.update((e.key, e) for e in gone if e.key in infos)
-        old_convs = [c for k, e in was.items() for c in conversations_of(infos[k], e.ended)]
+        old_convs = [c for k, e in was.items() for c in conversations_of(infos[k], e.ended_rows())]
         if not cat.convs.changed(old_convs, new_convs):
             cat.convs = None
     cat.rows = replace_rows(cat.rows, old_keys, rows)

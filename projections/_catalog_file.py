@@ -12,13 +12,16 @@ Invariants:
 - An entry's row is the row whose ``key`` it names; an entry with no key is a file that is not a
   readable log of the store (it is remembered so that it is not read again while unchanged).
 - A session's ended conversations live in its entry, not its row, so listing sessions never
-  decodes them; every conversation, in listing order, is kept beside the rows in chunks (see
-  ``_catalog_convs``), absent until a listing of conversations builds it, and dropped when rows
-  change in a process that has not decoded it.
+  decodes them. The entry stores each as an :class:`Ended`: an array without the key and what
+  every ended row says (format 6; format 5 kept the whole row, field names included, which
+  made the entries most of the file). Every conversation, in listing order, is kept beside the
+  rows in chunks (see ``_catalog_convs``), absent until a listing of conversations builds it,
+  and dropped when rows change in a process that has not decoded it.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from operator import attrgetter
 from typing import Final
 
@@ -26,10 +29,51 @@ import msgspec
 
 from ._catalog_convs import DamagedCatalog, Listing
 from ._catalog_row import Row, SessionInfo
-from ._conversation_row import ConversationInfo
+from ._conversation_row import ENDED, ConversationInfo
 
 CATALOG_FORMAT: Final = "sessionlog-catalog"
-CATALOG_VERSION: Final = 5
+CATALOG_VERSION: Final = 6
+
+
+class Ended(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """An ended conversation as its catalog entry stores it: its row without what the entry
+    says already (the key) or what every ended row says (not current, state ``ended``).
+
+    Its fields are :class:`ConversationInfo`'s in their order, less those three (a test holds
+    them together: a field added to the row is added here).
+    """
+
+    start_seq: int
+    end_seq: int | None
+    title: str
+    preview: str
+    messages: int
+    tokens: int
+    started_at: datetime
+    updated_at: datetime
+    end_reason: str | None
+    resumed_from: int | None
+
+
+#: The fields of :class:`ConversationInfo` an :class:`Ended` leaves out (the entry's key, and
+#: what every ended row says).
+ENDED_IMPLIED: Final = ("key", "current", "state")
+
+
+def compact(row: ConversationInfo) -> Ended:
+    """An ended conversation's row as its entry stores it."""
+    assert not row.current and row.state == ENDED, row  # what :func:`expand` restores
+    return msgspec.convert(row, Ended, from_attributes=True)
+
+
+def expand(key: str, ended: tuple[Ended, ...]) -> tuple[ConversationInfo, ...]:
+    """The rows of a session's ended conversations, as an entry stores them."""
+    out = []
+    for e in ended:
+        fields = msgspec.structs.asdict(e)
+        fields["key"] = key
+        out.append(ConversationInfo(**fields))
+    return tuple(out)
 
 
 class Entry(msgspec.Struct, array_like=True, gc=False):
@@ -45,7 +89,14 @@ class Entry(msgspec.Struct, array_like=True, gc=False):
     preview_role: int = 0
     meta_summary: str | None = None
     compaction_summary: str | None = None
-    ended: tuple[ConversationInfo, ...] = ()
+    #: The conversations that ended in the log, oldest first (see :class:`Ended`).
+    ended: tuple[Ended, ...] = ()
+
+    def ended_rows(self) -> tuple[ConversationInfo, ...]:
+        """The rows of the conversations that ended in the log, oldest first."""
+        if not self.ended or self.key is None:
+            return ()
+        return expand(self.key, self.ended)
 
     def row(self, info: SessionInfo) -> Row:
         """This entry's row, given its info."""
@@ -55,7 +106,7 @@ class Entry(msgspec.Struct, array_like=True, gc=False):
             self.preview_role,
             self.meta_summary,
             self.compaction_summary,
-            self.ended,
+            self.ended_rows(),
         )
 
 
@@ -73,7 +124,7 @@ def entry_of(name: str, size: int, ino: int, mtime_ns: int, row: Row | None) -> 
         row.preview_role,
         row.meta_summary,
         row.compaction_summary,
-        row.ended,
+        tuple(compact(c) for c in row.ended),
     )
 
 

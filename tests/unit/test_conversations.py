@@ -6,6 +6,7 @@ checked against a fresh process's (a new store object reading the stored catalog
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -354,3 +355,52 @@ def test_a_damaged_section_of_the_catalog_is_rebuilt(tmp_path: Path) -> None:
         with FileStore(root, durability="none") as fresh:
             assert list_sessions(fresh) == rows
     assert stored[1] == _catalog_file.CATALOG_VERSION
+
+
+def test_an_ended_entry_keeps_every_field_of_the_row_but_what_it_implies() -> None:
+    """A field added to ``ConversationInfo`` must be added to the stored ``Ended`` (or be one
+    the entry implies), or the catalog would lose it."""
+    import msgspec
+
+    from sessionledger.projections import _catalog_file
+
+    row_fields = ConversationInfo.__struct_fields__
+    kept = tuple(f for f in row_fields if f not in _catalog_file.ENDED_IMPLIED)
+    assert _catalog_file.Ended.__struct_fields__ == kept
+    row = ConversationInfo(
+        key=KEY,
+        start_seq=3,
+        end_seq=9,
+        title="Kyoto",
+        preview="Plan a trip",
+        messages=2,
+        tokens=40,
+        started_at=datetime(2026, 11, 1, tzinfo=UTC),
+        updated_at=datetime(2026, 11, 2, tzinfo=UTC),
+        end_reason="new",
+        resumed_from=0,
+    )
+    stored = msgspec.msgpack.encode(_catalog_file.compact(row))
+    back = msgspec.msgpack.decode(stored, type=_catalog_file.Ended)
+    assert _catalog_file.expand(KEY, (back,)) == (row,)
+
+
+def test_a_catalog_of_the_previous_format_is_rebuilt_once(tmp_path: Path) -> None:
+    import msgspec
+
+    from sessionledger.projections import _catalog_file
+
+    root = tmp_path / "s"
+    with FileStore(root, durability="none") as store:
+        _three_conversations(store)
+        before = list_conversations(store)
+        rows = list_sessions(store)
+    stored = msgspec.msgpack.decode((root / ".catalog").read_bytes())
+    assert stored[1] == _catalog_file.CATALOG_VERSION == 6
+    old = list(stored)
+    old[1] = 5  # what the previous release wrote (entries kept every ended row whole)
+    (root / ".catalog").write_bytes(msgspec.msgpack.encode(old))
+    with FileStore(root, durability="none") as fresh:
+        assert list_conversations(fresh) == before
+        assert list_sessions(fresh) == rows
+    assert msgspec.msgpack.decode((root / ".catalog").read_bytes())[1] == 6
