@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -132,6 +133,38 @@ def _tags(value: object) -> tuple[str, ...]:
     return ()
 
 
+#: What a row reads from metadata: the title, the tags and the metadata summary.
+_Described = tuple[str, tuple[str, ...], str | None]
+_UNDESCRIBED: Final[_Described] = ("", (), None)
+
+
+def _described(
+    meta: Mapping[str, Any], before: _Described = _UNDESCRIBED, unset: Iterable[str] = ()
+) -> _Described:
+    """Title, tags and summary as the catalog reads them from metadata (the one place).
+
+    Keys ``meta`` has replace ``before``'s (``title`` and ``summary`` count only as a str,
+    ``tags`` only its str items); then the ``unset`` keys are cleared, as the fold does.
+    """
+    title, tags, summary = before
+    if "title" in meta:
+        value = meta["title"]
+        title = value if isinstance(value, str) else ""
+    if "tags" in meta:
+        tags = _tags(meta["tags"])
+    if "summary" in meta:
+        value = meta["summary"]
+        summary = value if isinstance(value, str) else None
+    for name in unset:
+        if name == "title":
+            title = ""
+        elif name == "tags":
+            tags = ()
+        elif name == "summary":
+            summary = None
+    return title, tags, summary
+
+
 def _summary(row_meta: str | None, compaction: str | None) -> str:
     if compaction is not None:
         return compaction
@@ -156,21 +189,19 @@ def row_from_state(state: SessionState, offset: int) -> Row:
     if state.sealed:
         # An encrypted session: the stored catalog keeps no title, preview or summary.
         return Row(_sealed_info(state), offset)
-    meta = state.metadata
-    title = meta.get("title")
-    meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None
+    title, tags, meta_summary = _described(state.metadata)
     compaction = state.compaction.summary if state.compaction is not None else None
     preview, role = preview_with_role(event.message for event in state.messages)
     info = SessionInfo(
         key=state.key,
-        title=title if isinstance(title, str) else "",
+        title=title,
         preview=preview,
         created_at=state.created_at,
         updated_at=state.updated_at,
         messages=len(state.messages),
         tokens=state.live_tokens,
         state=state.lifecycle,
-        tags=_tags(meta.get("tags")),
+        tags=tags,
         summary=_summary(meta_summary, compaction),
         seq=state.seq,
         head=state.head,
@@ -234,20 +265,8 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
             return None
         match event:
             case MetadataChanged():
-                for name, value in event.set.items():
-                    if name == "title":
-                        title = value if isinstance(value, str) else ""
-                    elif name == "tags":
-                        tags = _tags(value)
-                    elif name == "summary":
-                        meta_summary = value if isinstance(value, str) else None
-                for name in event.unset:
-                    if name == "title":
-                        title = ""
-                    elif name == "tags":
-                        tags = ()
-                    elif name == "summary":
-                        meta_summary = None
+                described = (title, tags, meta_summary)
+                title, tags, meta_summary = _described(event.set, described, event.unset)
             case Compacted():
                 compaction = event.summary
             case LifecycleChanged():
@@ -275,13 +294,8 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
                     )
                     start, resumed = event.seq, None
                 messages, tokens, preview, role, compaction = 0, 0, "", NO_PREVIEW, None
-                for name in event.unset:
-                    if name == "title":
-                        title = ""
-                    elif name == "tags":
-                        tags = ()
-                    elif name == "summary":
-                        meta_summary = None
+                described = (title, tags, meta_summary)
+                title, tags, meta_summary = _described({}, described, event.unset)
             case ConversationResumed():
                 resumed = event.start_seq
             case Trimmed() | Retracted():

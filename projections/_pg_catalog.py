@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from sessionledger.eventlog import EndedConversation, EventLogError
 from sessionledger.eventlog.preview import session_preview
 
-from ._catalog_row import SessionInfo, _summary, _tags
+from ._catalog_row import SessionInfo, _described, _summary
 from ._conversation_row import ConversationInfo, ended_rows
 
 
@@ -39,20 +39,18 @@ def info_from_record(record: Any, store: Any = None) -> SessionInfo:
         if conv is None
         else (conv.start, conv.resumed_from, conv.ended)
     )
-    meta = record.metadata
-    meta_summary = meta.get("summary") if isinstance(meta.get("summary"), str) else None
+    title, tags, meta_summary = _described(record.metadata)
     preview = session_preview(record.preview)
-    title = meta.get("title")
     return SessionInfo(
         key=record.key,
-        title=title if isinstance(title, str) else "",
+        title=title,
         preview=preview,
         created_at=record.created_at,
         updated_at=record.updated_at,
         messages=record.messages,
         tokens=record.tokens,
         state=record.state,
-        tags=_tags(meta.get("tags")),
+        tags=tags,
         summary=_summary(meta_summary, record.compaction_summary),
         seq=record.seq,
         head=record.head,

@@ -77,10 +77,12 @@ def random_ops(writer: SessionWriter, rng: random.Random, n: int) -> None:
                 {"title": "T"},
                 {"tags": ["a", 1, "b"]},
                 {"summary": "S"},
+                {"title": 5, "summary": ["not text"]},  # read as no title, no summary
+                {"tags": "not a list", "title": "U"},
             ]
             writer.update_metadata(
                 set=rng.choice(choices),
-                unset=rng.choice([[], ["title"], ["summary", "tags"]]),
+                unset=rng.choice([[], ["title"], ["summary", "tags"], ["title", "tags"]]),
             )
         elif op < 0.67 and live:
             writer.compact(f"sum {rng.random()}", rng.randint(0, live))
