@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 import msgspec
 
 from ._errors import KeyUnavailableError, UnsafePathError
+from ._safeio import fsync_dir, storage_error, write_temp_beside
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -111,39 +112,27 @@ class _KeyFile(msgspec.Struct):
 
 
 def write_replace(directory: str, name: str, data: bytes, *, durable: bool = True) -> None:
-    """Replace ``directory/name`` by ``data`` crash-safely: temp file, fsync, rename, dir fsync."""
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    """Replace ``directory/name`` by ``data`` crash-safely: temp file, fsync, rename, dir fsync.
+
+    Raises :class:`StorageError` naming the file when the disk refuses (nothing is left).
+    """
+    path = os.path.join(directory, name)
     try:
+        tmp = write_temp_beside(Path(path), data, durable=durable)
         try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        _rename(tmp, os.path.join(directory, name))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+            _rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise storage_error(path, "write", exc) from exc
     if durable:
-        fsync_directory(directory)
+        fsync_dir(directory)
 
 
 # An indirection the crash tests patch.
 _rename = os.rename
-
-
-def fsync_directory(directory: str) -> None:
-    """Make a rename or unlink in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_private(path: str) -> bytes | None:
@@ -377,7 +366,7 @@ class FileKeyStore:
             os.makedirs(path, mode=0o700, exist_ok=True)
             os.chmod(path, 0o700)
             if self.durable:
-                fsync_directory(str(self.directory.parent))
+                fsync_dir(str(self.directory.parent))
 
     def __repr__(self) -> str:
         return f"FileKeyStore({str(self.directory)!r})"
@@ -404,7 +393,7 @@ class FileKeyStore:
         except FileNotFoundError:
             return
         if self.durable:
-            fsync_directory(str(self.directory))
+            fsync_dir(str(self.directory))
 
     def ids(self) -> list[str]:
         """Every session id with a record file."""

@@ -361,17 +361,19 @@ def sweep_temps(directory: str, view: str | None = None) -> list[str]:
     return removed + legacy
 
 
-def write_temp_beside(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a new private (0600) file beside ``path`` and make it durable.
+def write_temp_beside(path: Path, data: bytes, *, durable: bool = True) -> Path:
+    """Write ``data`` to a new private (0600) file beside ``path``, durable unless told not.
 
-    Returns the file's path (``.<name>.<pid>.tmp``), for the caller to rename or link into
-    place and then remove. Never opened through a symlink; on any failure nothing is left.
+    Returns the file's path (``.<name>.<pid>.<random>.tmp``), for the caller to rename or link
+    into place and then remove. Never opened through a symlink; on any failure nothing is left.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}{_TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
+        os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
         write_all(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
