@@ -35,7 +35,16 @@ from ._backend import Backend, LogStat, TrashBin, TrashEntry
 from ._changes import ChangeTable, ChangeView, slot_of
 from ._errors import EventLogError, NotALogError, SessionNotFoundError, UnsafePathError
 from ._fileindex import FileIndexFiles
-from ._fileio import LIVE_BIT, OPEN_FLAGS, READ_FLAGS, FdPool, FileIO, lock_fd, open_nofollow
+from ._fileio import (
+    LIVE_BIT,
+    OPEN_FLAGS,
+    READ_FLAGS,
+    FdPool,
+    FileIO,
+    lock_fd,
+    open_nofollow,
+    read_log_file,
+)
 from ._filetrash import TrashLock, list_entries, move_to_trash, purge_entry, restore_entry
 from ._fileviews import list_log_names, read_from, read_view, remove_file, scan_logs, stat_log
 from ._indexsnap import IndexMeta
@@ -217,32 +226,18 @@ class FileBackend(Backend):
     def read(self, key: str) -> bytes | None:
         """The whole log, never through a symlink (None: absent); closed segments (immutable
         once closed) are read after the live one."""
-        path = str(self.path_for(key))
-        try:
-            fd = open_nofollow(path, READ_FLAGS)
-        except FileNotFoundError:
-            return None
-        try:
-            return read_whole(str(self.root), key_to_stem(key), fd)[1]
-        except OSError as exc:
-            raise storage_error(path, "read", exc) from exc
-        finally:
-            os.close(fd)
+        root, stem = str(self.root), key_to_stem(key)
+        got = read_log_file(str(self.path_for(key)), lambda fd: read_whole(root, stem, fd))
+        return None if got is None else got[1]
 
     def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
         """The whole log's length and its bytes from ``offset`` on (through its closed segments
         when it has some)."""
-        path = str(self.path_for(key))
-        try:
-            fd = open_nofollow(path, READ_FLAGS)
-        except FileNotFoundError as exc:
-            raise SessionNotFoundError(key) from exc
-        try:
-            return read_whole(str(self.root), key_to_stem(key), fd, offset)
-        except OSError as exc:
-            raise storage_error(path, "read", exc) from exc
-        finally:
-            os.close(fd)
+        root, stem = str(self.root), key_to_stem(key)
+        got = read_log_file(str(self.path_for(key)), lambda fd: read_whole(root, stem, fd, offset))
+        if got is None:
+            raise SessionNotFoundError(key)
+        return got
 
     def exists(self, key: str) -> bool:
         """One ``stat`` of the log, nothing read."""
@@ -422,16 +417,12 @@ class FileCatalog:
 
     def _whole_size(self, st: LogStat) -> LogStat:
         """``st`` of a live segment, with the size of the whole log."""
+        path = str(self._backend.root / st.name)
         try:
-            fd = open_nofollow(str(self._backend.root / st.name), READ_FLAGS)
-        except (FileNotFoundError, EventLogError):
+            live = read_log_file(path, read_live_start)
+        except EventLogError:  # not a file we can read: the live segment's size stands
             return st
-        try:
-            return dataclasses.replace(st, size=read_live_start(fd).base + st.size)
-        except OSError:
-            return st
-        finally:
-            os.close(fd)
+        return st if live is None else dataclasses.replace(st, size=live.base + st.size)
 
     def read_log(self, name: str, offset: int = 0) -> tuple[int, bytes] | None:
         """A log file named by :meth:`scan_logs`: its length and bytes from ``offset`` on."""
@@ -442,16 +433,11 @@ class FileCatalog:
         if not has_segments(str(root), stem):
             return read_from(str(root / name), offset)
         # A log in segments: the whole log's length and bytes (offsets are of the whole log).
-        try:
-            fd = open_nofollow(str(root / name), READ_FLAGS)
-        except (FileNotFoundError, UnsafePathError):
-            return None
-        try:
-            return read_whole(str(root), stem, fd, offset)
-        except OSError as exc:
-            raise storage_error(str(root / name), "read", exc) from exc
-        finally:
-            os.close(fd)
+        return read_log_file(
+            str(root / name),
+            lambda fd: read_whole(str(root), stem, fd, offset),
+            absent=(FileNotFoundError, UnsafePathError),
+        )
 
     def read_changes(self) -> ChangeView | None:
         """A copy of the store's change table (None: none can be kept here)."""

@@ -33,12 +33,12 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ._changes import ChangeTable, slot_of
 from ._errors import LockedError, SessionNotFoundError, StorageError
 from ._fold import SessionState
-from ._safeio import open_regular, read_fd
+from ._safeio import open_regular, read_fd, storage_error
 from ._segfiles import LiveStart, closed_parts, read_live_start, roll, rolled_away
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+_T = TypeVar("_T")
 #: The owner-write bit: cleared on a log that is being moved out of the store.
 LIVE_BIT = stat.S_IWUSR
 
@@ -68,6 +69,30 @@ def open_nofollow(
             if full and evict is not None and evict():
                 continue
             raise
+
+
+def read_log_file(
+    path: str,
+    read: Callable[[int], _T],
+    *,
+    absent: tuple[type[Exception], ...] = (FileNotFoundError,),
+) -> _T | None:
+    """``read(fd)`` on the file at ``path`` opened read-only (never through a symlink), closed
+    after: the one way a log file is opened to be read whole or in part.
+
+    None when opening raises one of ``absent`` (no such file). An ``OSError`` while reading
+    is a :class:`StorageError` naming the file.
+    """
+    try:
+        fd = open_nofollow(path, READ_FLAGS)
+    except absent:
+        return None
+    try:
+        return read(fd)
+    except OSError as exc:
+        raise storage_error(path, "read", exc) from exc
+    finally:
+        os.close(fd)
 
 
 def lock_fd(

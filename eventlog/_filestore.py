@@ -25,7 +25,7 @@ from ._errors import (
     UnsafePathError,
 )
 from ._filebackend import FileBackend
-from ._fileio import READ_FLAGS, open_nofollow
+from ._fileio import read_log_file
 from ._keystore import FileKeyStore, KeyProvider, KeyStore
 from ._names import check_key, key_to_stem
 from ._safeio import fsync_dir, remove, storage_error, sweep_temps, write_atomic, write_new
@@ -231,16 +231,9 @@ class FileStore(BaseStore):
         """See :meth:`BaseStore.cut`; a closed segment is never cut (InvalidEventError)."""
         key = check_key(key)
         path = str(self.path_for(key))
-        try:
-            fd = open_nofollow(path, READ_FLAGS)
-        except FileNotFoundError as exc:
-            raise SessionNotFoundError(key) from exc
-        try:
-            live = read_live_start(fd)
-        except OSError as exc:
-            raise storage_error(path, "read", exc) from exc
-        finally:
-            os.close(fd)
+        live = read_log_file(path, read_live_start)
+        if live is None:
+            raise SessionNotFoundError(key)
         if 0 <= offset < live.base:
             raise InvalidEventError(
                 f"byte {offset} of {path} is in a closed segment (segment {live.segment} starts "
