@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, Unpack
 
 import anyio
 import anyio.lowlevel
@@ -43,13 +43,11 @@ from ._async_writer import AsyncSessionLog, AsyncSessionWriter
 from ._crypto import Keyring
 from ._errors import StoreClosedError
 from ._events import Event, Header
-from ._filestore import DEFAULT_MAX_OPEN_FILES, FileStore
+from ._filestore import FileStore, FileStoreArgs
 from ._fold import SessionState
-from ._keystore import KeyProvider, KeyStore
 from ._lifecycle import CleanupReport, EndHook, TrashEntry
-from ._memstore import MemoryStore
+from ._memstore import MemoryStore, MemoryStoreArgs
 from ._names import check_key
-from ._segments import DEFAULT_SEGMENT_BYTES
 from ._store import BaseStore
 from ._store_types import CutReport, LoadedLog, OpenReport
 from ._tokens import TokenCounter
@@ -493,32 +491,8 @@ class AsyncFileStore(AsyncBaseStore):
     opens, waits for a busy lock and whole-log reads run in worker threads.
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        durability: Durability | str = "batch",
-        hash_key: bytes | str | None = None,
-        token_counter: TokenCounter | None = None,
-        lock_timeout: float = 10.0,
-        batch_window: float = 0.0,
-        key_provider: KeyProvider | None = None,
-        key_store: KeyStore | None = None,
-        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
-        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-    ) -> None:
-        self._files = FileStore(
-            root,
-            durability=durability,
-            hash_key=hash_key,
-            token_counter=token_counter,
-            lock_timeout=lock_timeout,
-            batch_window=batch_window,
-            key_provider=key_provider,
-            key_store=key_store,
-            max_open_files=max_open_files,
-            segment_bytes=segment_bytes,
-        )
+    def __init__(self, root: str | os.PathLike[str], **args: Unpack[FileStoreArgs]) -> None:
+        self._files = FileStore(root, **args)
         super().__init__(self._files, offload=True)
 
     def __repr__(self) -> str:
@@ -566,22 +540,8 @@ class AsyncFileStore(AsyncBaseStore):
 class AsyncMemoryStore(AsyncBaseStore):
     """Sessions held in memory: the async twin of :class:`MemoryStore` (no threads at all)."""
 
-    def __init__(
-        self,
-        *,
-        durability: Durability | str = "none",
-        hash_key: bytes | str | None = None,
-        token_counter: TokenCounter | None = None,
-        key_provider: KeyProvider | None = None,
-        key_store: KeyStore | None = None,
-    ) -> None:
-        self._memory = MemoryStore(
-            durability=durability,
-            hash_key=hash_key,
-            token_counter=token_counter,
-            key_provider=key_provider,
-            key_store=key_store,
-        )
+    def __init__(self, **args: Unpack[MemoryStoreArgs]) -> None:
+        self._memory = MemoryStore(**args)
         super().__init__(self._memory, offload=False)
 
     def __repr__(self) -> str:

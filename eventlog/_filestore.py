@@ -14,6 +14,7 @@ import os
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from ._codec import normalize_key
 from ._errors import (
@@ -40,6 +41,20 @@ from ._writer import Durability, check_durability
 KEYS_DIR = ".keys"
 #: Descriptors a store keeps open for its writers by default (least recently used out).
 DEFAULT_MAX_OPEN_FILES = 128
+
+
+class FileStoreArgs(TypedDict, total=False):
+    """The keyword arguments of :class:`FileStore`, which its async twin passes on."""
+
+    durability: Durability | str
+    hash_key: bytes | str | None
+    token_counter: TokenCounter | None
+    lock_timeout: float
+    batch_window: float
+    key_provider: KeyProvider | None
+    key_store: KeyStore | None
+    max_open_files: int
+    segment_bytes: int
 
 
 class FileStore(BaseStore):

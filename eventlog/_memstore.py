@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime
 from types import TracebackType
+from typing import TypedDict
 
 from ._backend import Backend, CatchUp, KeyScan, LogStat, TrashBin, TrashEntry
 from ._errors import SessionNotFoundError
@@ -307,6 +308,16 @@ class _MemoryTrash(TrashBin):
         """Every trashed log's entry."""
         with self._shared.lock:
             return [entry for entry, _ in self._shared.trashed.values()]
+
+
+class MemoryStoreArgs(TypedDict, total=False):
+    """The keyword arguments of :class:`MemoryStore`, which its async twin passes on."""
+
+    durability: Durability | str
+    hash_key: bytes | str | None
+    token_counter: TokenCounter | None
+    key_provider: KeyProvider | None
+    key_store: KeyStore | None
 
 
 class MemoryStore(BaseStore):
