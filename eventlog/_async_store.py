@@ -211,26 +211,9 @@ class AsyncBaseStore:
             log = None
         if log is None or log.closed:
             sync = self._sync
-
-            def opener() -> tuple[Any, SessionState, OpenReport]:
-                raw, state, found = sync._open_checked(key, create=create, metadata=metadata)
-                try:
-                    sync._backend.release(raw.io)
-                except BaseException:
-                    raw.io.close()
-                    raise
-                return raw, state, found
-
-            raw, state, report = await self._run(opener)
-            log = AsyncSessionLog(
-                key=key,
-                io=raw.io,
-                state=state,
-                durability=sync.durability,
-                hash_key=sync.hash_key,
-                token_counter=sync.token_counter,
-                batch_window=sync.batch_window,
-            )
+            opened = partial(sync._open_log, key, create=create, metadata=metadata)
+            args, report = await self._run(opened)
+            log = AsyncSessionLog(**args)
             log.sync_in_thread = self._offload
             log.settle = sync._views.settler(key)
             writer = AsyncSessionWriter(log, on_close=self._forget)

@@ -62,6 +62,7 @@ from ._writer import (
     check_durability,
     new_event_id,
 )
+from ._writerbase import LogArgs
 
 _STORES: weakref.WeakSet[BaseStore] = weakref.WeakSet()
 #: The end of every line: its 32 hex digits of hash, the closing quote and brace, a newline.
@@ -585,21 +586,8 @@ class BaseStore:
             if log is not None and log.poisoned:  # reopen from what is really on disk
                 log.abandon()
             if log is None or log.closed:
-                raw, state, report = self._open_checked(key, create=create, metadata=metadata)
-                try:
-                    self._backend.release(raw.io)
-                except BaseException:
-                    raw.io.close()
-                    raise
-                log = SessionLog(
-                    key=key,
-                    io=raw.io,
-                    state=state,
-                    durability=self.durability,
-                    hash_key=self._hash_key,
-                    token_counter=self.token_counter,
-                    batch_window=self.batch_window,
-                )
+                args, report = self._open_log(key, create=create, metadata=metadata)
+                log = SessionLog(**args)
                 log.settle = self._views.settler(key)
                 writer = SessionWriter(log, on_close=self._forget)
                 try:
@@ -747,6 +735,29 @@ class BaseStore:
                 io.sync()
             self._reports[key] = OpenReport(key, torn=torn, quarantine=where)
         return True
+
+    def _open_log(
+        self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
+    ) -> tuple[LogArgs, OpenReport]:
+        """What a new log of ``key`` is made of (sync or async): opened and folded under its
+        lock (:meth:`_open_checked`), its descriptor handed to the backend, this store's
+        write settings; and what opening found."""
+        raw, state, report = self._open_checked(key, create=create, metadata=metadata)
+        try:
+            self._backend.release(raw.io)
+        except BaseException:
+            raw.io.close()
+            raise
+        args = LogArgs(
+            key=key,
+            io=raw.io,
+            state=state,
+            durability=self.durability,
+            hash_key=self._hash_key,
+            token_counter=self.token_counter,
+            batch_window=self.batch_window,
+        )
+        return args, report
 
     def _open_checked(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
