@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from typing import NamedTuple, Protocol, Self, runtime_checkable
+from typing import NamedTuple, Protocol, Self, TypedDict, Unpack, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -232,35 +232,32 @@ class Follow(Iterator[Event], AsyncIterator[Event]):
         self.close()
 
 
+class FollowOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`Follow` (defaults there), which :func:`follow` passes on."""
+
+    poll: float
+    max_poll: float
+    idle_timeout: float | None
+    waker: Waker | None
+    start: FollowPoint | None
+
+
 def follow(
     store: BaseStore | AsyncStoreLike,
     key: str,
     after_seq: int = 0,
-    *,
-    poll: float = 0.01,
-    max_poll: float = 0.25,
-    idle_timeout: float | None = None,
-    waker: Waker | None = None,
-    start: FollowPoint | None = None,
+    **options: Unpack[FollowOptions],
 ) -> Follow:
     """Iterate (``for`` or ``async for``) over ``key``'s events after ``after_seq``, live.
 
     Runs until the caller breaks out or calls ``close()``; with ``idle_timeout``, it also ends
     once no new event arrived for that many seconds. An async store is followed through the
     sync store underneath it (``store.sync``). ``start`` resumes reading at a known line
-    instead of reading the log from its first line.
+    instead of reading the log from its first line. ``poll`` and ``max_poll`` bound the
+    polling back-off in seconds (0.01 and 0.25 by default; a ``waker`` wakes it sooner).
 
     Raises:
         SessionNotFoundError: no session ``key`` (at once, not on the first ``next``).
         CorruptLogError: a followed line is corrupt, or the log was cut below what was read.
     """
-    return Follow(
-        store,
-        key,
-        after_seq,
-        poll=poll,
-        max_poll=max_poll,
-        idle_timeout=idle_timeout,
-        waker=waker,
-        start=start,
-    )
+    return Follow(store, key, after_seq, **options)
