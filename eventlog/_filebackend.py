@@ -119,11 +119,9 @@ class FileBackend(Backend):
         """Where ``key``'s snapshot is kept."""
         return self.root / (key_to_stem(key) + SNAPSHOT_SUFFIX)
 
-    def index_files(self, key: str) -> FileIndexFiles | None:
-        """``key``'s message and id records, beside its log (None for a log in segments:
-        index records hold offsets into one file, so it keeps format-2 snapshots)."""
-        if has_segments(str(self.root), key_to_stem(key)):
-            return None
+    def index_files(self, key: str) -> FileIndexFiles:
+        """``key``'s message and id records, beside its log (in segments or not: record
+        offsets are whole-log offsets, resolved through the segments' headers)."""
         return self.index_paths(key)
 
     def index_paths(self, key: str) -> FileIndexFiles:

@@ -19,17 +19,19 @@ Invariants:
 from __future__ import annotations
 
 import errno
+import gzip
 import os
 import stat
+import zlib
 from dataclasses import dataclass
 from typing import Final, Literal
 
 import msgspec
 
-from ._errors import UnsafePathError
+from ._errors import CorruptLogError, UnsafePathError
 from ._events import Header
 from ._safeio import read_range, remove, storage_error
-from ._segfiles import closed_path, read_segment
+from ._segfiles import closed_path
 
 INDEX_SUFFIX: Final = ".index"
 IDS_SUFFIX: Final = ".ids"
@@ -54,10 +56,7 @@ def _pread(path: str, offset: int, length: int, *, head: bool = False) -> bytes:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b""
         if head:
-            first = read_range(fd, 0, _HEAD)
-            if len(first) == _HEAD and b"\n" not in first:  # a long header (metadata)
-                first = read_range(fd, 0, _HEAD_LIMIT)
-            start = _start_of(first)
+            start = _start_of(_first_line(fd))
             base = 0 if start is None else start[1]
             if offset < base:
                 return b""
@@ -67,6 +66,76 @@ def _pread(path: str, offset: int, length: int, *, head: bool = False) -> bytes:
         raise storage_error(path, "read", exc) from exc
     finally:
         os.close(fd)
+
+
+def _first_line(fd: int) -> bytes:
+    """The start of a file, at least up to its first newline (or :data:`_HEAD_LIMIT` bytes)."""
+    first = read_range(fd, 0, _HEAD)
+    if len(first) == _HEAD and b"\n" not in first:  # a long header (metadata)
+        first = read_range(fd, 0, _HEAD_LIMIT)
+    return first
+
+
+def _live_start(path: str) -> tuple[int, int] | None:
+    """(segment number, whole-log offset) of the live segment ``path`` (None: unreadable)."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return _start_of(_first_line(fd))
+    except OSError as exc:
+        raise storage_error(path, "read", exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _gz_range(path: str, offset: int, length: int) -> bytes | None:
+    """``length`` bytes at whole-log ``offset`` from the gzipped closed segment ``path``,
+    decompressed only up to the end of that range (None: the segment starts after ``offset``;
+    ``b""``: gone meanwhile, or ``offset`` is past its end).
+
+    Why decompress on demand rather than give up the index for a compressed log: a reader
+    touches a closed segment only for a window that reaches back into it, and then pays the
+    decompression of that one segment up to the window (bounded by the segment size, memory
+    bounded by the range read); falling back would decompress and decode every segment.
+    """
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
+            return b""
+        raise storage_error(path, "open", exc) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return b""
+        raw = os.fdopen(fd, "rb")
+    except OSError as exc:
+        os.close(fd)
+        raise storage_error(path, "read", exc) from exc
+    try:
+        with raw, gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+            first = unzipped.read(_HEAD)
+            if len(first) == _HEAD and b"\n" not in first:
+                first += unzipped.read(_HEAD_LIMIT - _HEAD)
+            start = _start_of(first)
+            base = 0 if start is None else start[1]
+            if offset < base:
+                return None
+            rel = offset - base
+            if rel + length <= len(first):
+                return first[rel : rel + length]
+            unzipped.seek(rel)  # forward: decompresses and drops what comes before
+            return unzipped.read(length)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise CorruptLogError(
+            path, 1, f"the compressed segment does not decompress: {exc}"
+        ) from exc
+    except OSError as exc:
+        raise storage_error(path, "read", exc) from exc
 
 
 _HEAD: Final = 4096
@@ -124,7 +193,7 @@ class FileIndexFiles:
         got = _pread(self.log, offset, length, head=True)
         if got or not length:
             return got
-        live = _start_of(_pread(self.log, 0, _HEAD_LIMIT))
+        live = _live_start(self.log)
         if live is None or offset >= live[1]:
             return b""  # past the end (or no readable header)
         directory, name = os.path.split(self.log)
@@ -138,14 +207,16 @@ class FileIndexFiles:
                 got = _pread(path, offset, length, head=True)
                 if got:
                     return got
-                continue
-            try:
-                data = read_segment(path, compressed)
-            except FileNotFoundError:  # gone meanwhile: the caller's checks report it
-                return b""
-            start = _start_of(data)
-            if start is not None and offset >= start[1]:
-                return data[offset - start[1] : offset - start[1] + length]
+                if os.path.lexists(path):
+                    continue  # the segment starts after ``offset``: an older one holds it
+                # compressed meanwhile (the plain file removed): read the compressed one
+                found = closed_path(directory, stem, n)
+                if found is None or not found[1]:
+                    return b""
+                path = found[0]
+            ranged = _gz_range(path, offset, length)
+            if ranged is not None:
+                return ranged  # b"": gone meanwhile; the caller's checks report it
         return b""
 
     def read(self, name: IndexName, offset: int, length: int) -> bytes:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import sys
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -40,6 +40,7 @@ from ._fileindex import FileIndexFiles, IndexName
 from ._fold import SessionState
 from ._idindex import ID_RECORD, IdIndex, id_digest
 from ._msgindex import RECORD, MessageList, pack_record
+from ._segments import SEGMENT_HEADER_START
 from ._snapshot import (
     DIGEST_SIZE,
     Anchor,
@@ -339,14 +340,17 @@ def open_state(files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> Sessi
 
 
 def line_spans(data: bytes, start: int, count: int, base: int) -> list[tuple[int, int]]:
-    """(offset, length) of ``count`` consecutive lines of ``data`` from byte ``start``; offsets
-    are absolute (``data`` is the log from byte ``base``)."""
+    """(offset, length) of the next ``count`` event lines of ``data`` from byte ``start``
+    (a later segment's header between them is a line, but not an event: it is skipped);
+    offsets are absolute (``data`` is the log from byte ``base``)."""
     spans: list[tuple[int, int]] = []
     find = data.find
+    at_header = data.startswith
     pos = start
-    for _ in range(count):
+    while len(spans) < count:
         end = find(b"\n", pos)
-        spans.append((base + pos, end + 1 - pos))
+        if not at_header(_HEADER_LINE, pos):
+            spans.append((base + pos, end + 1 - pos))
         pos = end + 1
     return spans
 
@@ -362,10 +366,13 @@ def write_index(
     base: IndexMeta | None,
     hash_key: bytes,
     seal: MetaSeal | None = None,
+    links: Mapping[int, str] | None = None,
 ) -> bytes:
     """Write the records of ``events`` (whose lines are at ``spans``, absolute) and return the
     encoded snapshot of ``state`` at ``anchor``.
 
+    ``links`` are the hashes of later segments' headers among those lines, by the seq each
+    follows (:attr:`~eventlog._codec.Decoded.links`): the event after one chains from it.
     ``base`` is the snapshot the events follow (None: they are the whole log). ``state`` is
     the fold of ``events`` onto it: its in-memory messages are among ``events``. ``seal``
     (a sealed session's) seals the snapshot's plaintext values before it is encoded, and
@@ -377,7 +384,9 @@ def write_index(
     records = base.records if base is not None else 0
     prev = base.head if base is not None else (header.h or "")
     new = _NewRecords(records, sealed=seal is not None)
+    links = links or {}
     for event, (offset, length) in zip(events, spans, strict=True):
+        prev = links.get(event.seq - 1, prev)
         new.add(event, event.id, offset, length, prev, hash_key)
         prev = event.h
     return _finish(files, header, state, anchor, base, new, hash_key, seal)
@@ -457,6 +466,8 @@ def _finish(
 
 
 _MESSAGE_TAG: Final = b'{"type":"message",'
+#: How a later segment's header line starts (an event's line never does).
+_HEADER_LINE: Final = SEGMENT_HEADER_START[1:]
 _decode_message = msgspec.json.Decoder(MessageAppended).decode
 
 
@@ -518,10 +529,23 @@ def extend_from_state(
         prev_raw = bytes.fromhex(prev)
     except ValueError:
         return None
-    for seq in range(first_seq, state.seq + 1):
+    headers = 0
+    seq = first_seq - 1
+    while seq < state.seq:
         end = find(b"\n", pos)
         if end < 0:
             return None
+        if tail.startswith(_HEADER_LINE, pos):
+            # A later segment's header: a link in the chain that does not advance seq.
+            line = tail[pos : end + 1]
+            h = line[-35:-3].decode("ascii", "replace")
+            if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:
+                return None
+            prev, prev_raw = h, bytes.fromhex(h)
+            headers += 1
+            pos = end + 1
+            continue
+        seq += 1
         event: Event | None = in_memory.get(seq)
         if event is not None and tail[end - 34 : end - 2] == event.h.encode():
             h = event.h
@@ -558,7 +582,7 @@ def extend_from_state(
         prev_head=prev_prev,
         line_start=line_start,
         offset=base_start + pos,
-        line_no=line_no + count,
+        line_no=line_no + count + headers,
     )
     return _finish(files, header, state, anchor, meta, new, hash_key)
 

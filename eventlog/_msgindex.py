@@ -225,17 +225,31 @@ class MessageList(Sequence[MessageAppended]):
             raise IndexError("message index out of range")
         return self._get(index)
 
+    # A damaged record file found mid-way moves every message into the tail (``_recover``):
+    # the iterators then go on from the tail, past what they already gave.
+
     def __iter__(self) -> Iterator[MessageAppended]:
-        for a, b in self._ranges:
+        done = 0
+        for a, b in list(self._ranges):
             for ordinal in range(a, b):
+                if self._source is None:
+                    yield from self._tail[done:]
+                    return
                 yield self._load(ordinal)
+                done += 1
         yield from self._tail
 
     def __reversed__(self) -> Iterator[MessageAppended]:
-        yield from reversed(self._tail)
-        for a, b in reversed(self._ranges):
+        tail = self._tail
+        yield from reversed(tail)
+        done = len(tail)
+        for a, b in reversed(list(self._ranges)):
             for ordinal in range(b - 1, a - 1, -1):
+                if self._source is None:
+                    yield from reversed(self._tail[: len(self._tail) - done])
+                    return
                 yield self._load(ordinal)
+                done += 1
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, MessageList | list):

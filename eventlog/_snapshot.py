@@ -37,6 +37,7 @@ from ._events import Header, MessageAppended
 from ._fold import SessionState
 from ._idindex import IdIndex
 from ._msgindex import MessageList
+from ._segments import SEGMENT_HEADER_START
 
 SNAPSHOT_FORMAT: Final = "sessionlog-snapshot"
 SNAPSHOT_VERSION: Final = 2
@@ -320,29 +321,46 @@ def anchor_of(
     """The anchor at the end of ``decoded``, or None when it holds no event.
 
     ``data`` is the log from byte ``data_start``; ``before`` is the anchor the decoding resumed
-    from (None when it decoded from the header).
+    from (None when it decoded from the header, and ``data_start`` is 0). In a log in segments
+    the anchor is the last *event's* line: a later segment's header after it (a roll with
+    nothing after it yet) is not anchored on, and an event right after such a header chains
+    from that header's hash.
     """
     events = decoded.events
     if not events:
         return None
     end = decoded.valid_length - data_start
     start = data.rfind(b"\n", 0, end - 1) + 1
-    if len(events) >= 2:
+    while start > 0 and data.startswith(_HEADER_LINE, start):
+        end = start
+        start = data.rfind(b"\n", 0, end - 1) + 1
+    last = events[-1]
+    prev = decoded.links.get(last.seq - 1)
+    if prev is not None:
+        pass
+    elif len(events) >= 2:
         prev = events[-2].h
     elif before is not None:
         prev = before.head
     else:
         assert decoded.header is not None
         prev = decoded.header.h
-    base_line = before.line_no if before is not None else 1
+    if before is not None:
+        line_no = before.line_no + data.count(b"\n", before.offset - data_start, end)
+    else:
+        line_no = data.count(b"\n", 0, end)
     return Anchor(
-        seq=events[-1].seq,
-        head=events[-1].h,
+        seq=last.seq,
+        head=last.h,
         prev_head=prev,
         line_start=data_start + start,
-        offset=decoded.valid_length,
-        line_no=base_line + len(events),
+        offset=data_start + end,
+        line_no=line_no,
     )
+
+
+#: How a segment header's line starts (an event's line never does: its tag comes first).
+_HEADER_LINE: Final = SEGMENT_HEADER_START[1:]
 
 
 def make_snapshot(header: Header, state: SessionState, anchor: Anchor) -> Snapshot:

@@ -48,6 +48,7 @@ from ._indexsnap import (
     write_index,
 )
 from ._snapshot import (
+    Anchor,
     Snapshot,
     SnapshotError,
     SnapshotHealth,
@@ -140,9 +141,6 @@ class SnapshotViews:
                 snap = decode_snapshot(blob, key, self._hash_key)
         except SnapshotError as exc:
             return SnapshotStatus(key, "corrupt", reason=str(exc))
-        # An index snapshot of a log that can no longer use one (it went on in segments) is
-        # not opened from, but the point it records is still checked against the log: it is
-        # stale only if the log disagrees with it.
         try:
             _, tail = self._store.read_tail(key, snap.line_start)
         except SessionNotFoundError:
@@ -182,6 +180,7 @@ class SnapshotViews:
             anchor = anchor_of(data, 0, decoded, None)
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
+        _at_anchor(state, anchor)
         try:
             snapshot = self._store._privacy.seal_snapshot(key, make_snapshot(header, state, anchor))
             blob = encode_snapshot(snapshot, self._hash_key)
@@ -233,6 +232,7 @@ class SnapshotViews:
             return SnapshotStatus(key, "missing", reason="the log has no events")
         if _withheld(state):
             return None
+        _at_anchor(state, anchor)
         try:
             blob = write_index(
                 files,
@@ -244,6 +244,7 @@ class SnapshotViews:
                 base=meta,
                 hash_key=self._hash_key,
                 seal=self._index_seal(header),
+                links=decoded.links,
             )
         except (SnapshotError, msgspec.EncodeError, OverflowError) as exc:
             self._backend.put_snapshot(key, None)
@@ -421,6 +422,14 @@ class _Settler:
             self._next = state.seq + self._every
         else:
             self._wait *= 2
+
+
+def _at_anchor(state: SessionState, anchor: Anchor) -> None:
+    """Make ``state`` (folded to the end of the log) the state at ``anchor``: they differ
+    only in the head when the log ends in a later segment's header (a roll with nothing
+    after it yet), which a snapshot does not anchor on; opening reads that header again."""
+    if state.seq == anchor.seq:
+        state.head = anchor.head
 
 
 def _private(state: SessionState) -> bool:

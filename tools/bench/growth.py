@@ -14,6 +14,9 @@ Figures per size:
 - ``close()``: a writer that appended 300 messages closes (the snapshot policy runs there);
   the session is put back byte for byte afterwards;
 - ``exists()``: one call, in microseconds;
+- the same open + ``history(500)`` of a copy of the session whose log is in about
+  :data:`SEGMENTS` segments (``segment_bytes`` a fraction of the log; up to 100k messages),
+  beside the one-file log, both in CPU time, alternating (the index crosses segments);
 - a writer that appends 20,000 more messages: the memory it then holds (tracemalloc, MB;
   with the store's ``settle_every`` and with it off, the way writers kept every event they
   appended until ``close()``), and the append time per message (settling on and off,
@@ -58,6 +61,9 @@ SIZES_FULL = (*SIZES_QUICK, 1_000_000)
 #: The issue's goals (ms, except memory in bytes per event and exists in microseconds).
 GOAL_OPEN_HISTORY: dict[int, float] = {10_000: 3.0, 100_000: 3.0, 1_000_000: 5.0}
 GOAL_WRITER_OPEN: dict[int, float] = {100_000: 5.0}
+#: The segmented copy's log is in about this many segments (sizes up to SEGMENTED_MAX).
+SEGMENTS = 8
+SEGMENTED_MAX = 100_000
 
 
 def _store(path: Path, **options: Any) -> FileStore:
@@ -118,6 +124,34 @@ def ensure_session(n: int, cache: Path = CACHE) -> Path:
     return root
 
 
+def ensure_segmented(n: int, cache: Path = CACHE) -> tuple[Path, int]:
+    """The cached directory of the ``n``-message session appended with a ``segment_bytes`` of
+    about 1/:data:`SEGMENTS` of the one-file log (so it rolled that many times), built once;
+    and that ``segment_bytes``."""
+    from sessionledger.eventlog import FileStore as Store
+
+    root = cache / f"{n}-segmented"
+    done = root / ".complete"
+    if done.exists():
+        size = int(done.read_text())
+        with Store(root, segment_bytes=size, durability="none") as store:
+            store.write_snapshot(KEY)
+        return root, size
+    flat = ensure_session(n, cache) / "log"
+    size = max(1 << 20, _store(flat).path_for(KEY).stat().st_size // SEGMENTS)
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    store = Store(root, segment_bytes=size, durability="none")
+    for chunk in _chunks(n):
+        with store.session(KEY) as writer:
+            for m in chunk:
+                writer.append_message_dict(m)
+    store.write_snapshot(KEY)
+    store.close()
+    done.write_text(str(size))
+    return root, size
+
+
 def _sqlite_session(root: Path) -> Any:
     from agents.memory import SQLiteSession
 
@@ -158,6 +192,10 @@ class Figures:
     appended_mb_unsettled: float | None = None
     append_us: float | None = None
     append_us_unsettled: float | None = None
+    #: CPU ms of open + history(500): the log in segments, and in one file (same run).
+    open_history_segmented_cpu: float | None = None
+    open_history_cpu: float | None = None
+    segments: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -292,9 +330,42 @@ def measure(n: int, runs: int, *, cache: Path = CACHE) -> Figures:
             restore()
         fig.append_us = statistics.median(on) * 1e6
         fig.append_us_unsettled = statistics.median(off) * 1e6
+        if n <= SEGMENTED_MAX:
+            segmented(fig, logdir, runs, cache)
     finally:
         loop.close()
     return fig
+
+
+def segmented(fig: Figures, logdir: Path, runs: int, cache: Path) -> None:
+    """Open + ``history(500)`` of the session in segments beside the one-file log (CPU time,
+    alternating): what the index costs once the log has rolled."""
+    from sessionledger.eventlog import FileStore as Store
+    from sessionledger.projections import history
+
+    segroot, size = ensure_segmented(fig.n, cache)
+    fig.segments = sum(1 for p in segroot.iterdir() if ".seg" in p.name) + 1
+
+    def cpu(make: Callable[[], FileStore]) -> float:
+        gc.collect()
+        t0 = time.process_time()
+        store = make()
+        loaded = store.load(KEY)
+        got = history(loaded.state, max_messages=WINDOW)
+        seconds = time.process_time() - t0
+        assert got
+        if not loaded.snapshot_seq:
+            fig.notes.append("the segmented log opened without a snapshot")
+        store.close()
+        return seconds
+
+    seg: list[float] = []
+    flat: list[float] = []
+    for _ in range(runs):
+        seg.append(cpu(lambda: Store(segroot, segment_bytes=size)))
+        flat.append(cpu(lambda: _store(logdir)))
+    fig.open_history_segmented_cpu = statistics.median(seg) * 1e3
+    fig.open_history_cpu = statistics.median(flat) * 1e3
 
 
 def writer_memory(logdir: Path, n: int) -> float:
@@ -371,6 +442,8 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("`close()` after 300 appends (ms)", "close"),
     ("`exists()` (us)", "exists_us"),
     ("open writer's memory (bytes per event)", "bytes_per_event"),
+    ("open + `history(500)`, log in segments (CPU ms)", "open_history_segmented_cpu"),
+    ("the same, log in one file (CPU ms, same run)", "open_history_cpu"),
     ("writer after 20,000 appends: memory held (MB)", "appended_mb"),
     ("the same, settling off (every appended event kept, MB)", "appended_mb_unsettled"),
     ("append, durability none (us per message)", "append_us"),
@@ -414,6 +487,18 @@ def _rows(figures: Sequence[Figures]) -> list[Row]:
                 nanobot_what=f"(SQLiteSession.get_items(500) cold; raw tail {f.raw_tail:.2f} ms)",
             )
         )
+        if f.open_history_segmented_cpu is not None:
+            rows.append(
+                Row(
+                    "growth",
+                    f"open + history(500), {size} in {f.segments} segments (CPU)",
+                    "ms",
+                    f.open_history_segmented_cpu,
+                    f.open_history_cpu,
+                    nanobot_what="(the same log in one file, CPU)",
+                    rival="one file",
+                )
+            )
         rows.append(
             Row(
                 "growth",
