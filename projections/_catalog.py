@@ -6,7 +6,9 @@ Invariants:
 - Each entry remembers its log's size, identity (inode) and mtime, and the byte offset, seq and
   hash its row was read up to. A log whose size, identity and mtime are unchanged is not read;
   one that grew is read from the row's offset only, and only if its first new line chains from
-  the row's hash; one that shrank, was replaced, or does not chain is read whole.
+  the row's hash (the hash covers every line before it, so the log up to there is the one the
+  row was read from, whatever file holds it now: a log that rolled into a new segment has a
+  new live file); one that shrank or does not chain is read whole.
 - Which logs are stat-ed: every one (one directory scan) when the store keeps no change table,
   when the table is unknown to the catalog or not yet settled, and when the last full scan is
   older than :data:`FULL_SCAN_NS`; otherwise only the logs in table slots whose stamp differs
@@ -411,7 +413,9 @@ def _apply(
     new_convs: list[ConversationInfo] = []
     for st, entry in todo:
         old_row = None
-        if entry is not None and entry.key in infos and entry.ino == st.ino:
+        # Another identity too: a roll gives a log in segments a new live file, and the row
+        # is followed only if the line at its offset chains from its head (see read_entry).
+        if entry is not None and entry.key in infos:
             old_row = entry.row(infos[entry.key])
         got = read_entry(store, st, old_row)
         if got is None:

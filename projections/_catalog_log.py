@@ -1,9 +1,9 @@
 """Reading one log for the catalog: its tail since the row, or the whole log.
 
 Invariants:
-- A row is advanced over the new bytes only when the log is the same file (same identity), has
-  not shrunk below the row's offset, and its first new line chains from the row's head (hash
-  recomputed); otherwise the log is read whole, and a log whose lines a row cannot follow is
+- A row is advanced over the new bytes only when the log has not shrunk below the row's offset
+  and its first new line chains from the row's head (hash recomputed; a log that rolled into a
+  new segment has a new live file, and is still followed); otherwise the log is read whole, and a log whose lines a row cannot follow is
   folded (from its snapshot when it has one).
 - In a keyed store, only lines that verify under the key reach a row: a forged line and every
   line after it are left out (the log itself is left alone; ``verify`` reports it).
@@ -37,7 +37,9 @@ _decode_header = msgspec.json.Decoder(Header).decode
 def read_entry(store: BaseStore, st: LogStat, row: Row | None) -> tuple[Entry, Row | None] | None:
     """The entry and row of a changed log, from ``row`` (its last row) when it still applies.
 
-    Pass ``row`` only when the log is the file it was read from (same identity). None: the log
+    ``row`` is followed only when the log reaches its offset and the line there chains from
+    its head (the hash covers every line before: the same log up to there, even in another
+    file, as after a roll to a new segment); otherwise the log is read whole. None: the log
     is gone (or cannot be read as one).
     """
     new = _advance(store, st, row) if row is not None else None

@@ -383,6 +383,39 @@ def test_the_catalog_follows_a_log_in_segments_without_rereading_it(
     assert list_sessions(wide)[0].messages == 62
 
 
+def test_the_catalog_continues_from_its_row_after_a_roll(
+    rolled: tuple[FileStore, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A roll gives the log a new live file: the catalog still reads only what was appended
+    (its row's line chains on), not the whole log."""
+    from sessionledger.projections import _catalog_log
+
+    store, root = rolled
+    assert list_sessions(store)[0].messages == 60
+    before = len(_segments(root))
+    live = os.stat(store.path_for(KEY)).st_ino
+    _fill(_store(root), 20, start=60)
+    assert len(_segments(root)) > before and os.stat(store.path_for(KEY)).st_ino != live
+    reads: list[int] = []
+    real = _catalog_log._advance
+
+    def advancing(*args: object) -> object:
+        reads.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    def whole(*_: object) -> None:
+        raise AssertionError("the log was read whole")
+
+    monkeypatch.setattr(_catalog_log, "_advance", advancing)
+    monkeypatch.setattr(_catalog_log, "_read_whole", whole)
+    monkeypatch.setattr(_catalog_log, "_folded_row", whole)
+    [info] = list_sessions(store)
+    assert reads and info.messages == 80 and info.seq == 80
+    monkeypatch.undo()
+    (root / ".catalog").unlink()
+    assert list_sessions(_store(root)) == [info]  # what a rebuild from the log gives
+
+
 def test_repair_never_cuts_a_closed_segment(rolled: tuple[FileStore, Path]) -> None:
     _, root = rolled
     seg = root / f"{STEM}.2.seg"
