@@ -31,7 +31,10 @@ per 4 UTF-8 bytes added, rounded up; text removed by sanitising is not credited 
 default byte counter an entry is never charged less than its own estimate.
 
 Only the window is touched: with ``max_tokens`` set, entries are built from the newest message
-backwards and building stops once the budget is spent, so the cost is O(window), not O(log).
+backwards and building stops once the budget is spent, so the cost is O(window), not O(log);
+rule 3 is then checked from a little before the oldest message built (:func:`_front_cut`), so
+messages the budget does not reach are not opened either (a lazy or sealed message list reads
+and decrypts only what the result needs, plus a few before it).
 """
 
 from __future__ import annotations
@@ -178,7 +181,30 @@ def _window(
                 i -= 1
             window = window[i:]
             break
-    return window[legal_start(event.message for event in window) :]
+    return window
+
+
+def _front_cut(window: list[MessageAppended], lowest: int) -> int:
+    """Rule 3 for a window whose entries were built down to position ``lowest`` only: 0 when
+    no orphan lies at or after ``lowest`` (then the cut changes nothing), else the exact
+    :func:`legal_start` of the whole window.
+
+    Scanning from a later start declares a subset of the calls a scan from the window's front
+    has declared at each position (both empty their set at every cut), so every orphan of the
+    whole window at or after that start is an orphan of the shorter scan too: a shorter scan
+    that finds none at or after ``lowest`` proves the window has none there. Starting a little
+    before ``lowest`` (a tool result follows its call closely) opens only those messages; the
+    scan moves back, up to the window's front, only while it finds one.
+    """
+    back = 16
+    while True:
+        begin = max(0, lowest - back)
+        cut = begin + legal_start(event.message for event in window[begin:])
+        if begin == 0:
+            return cut
+        if cut <= lowest:
+            return 0
+        back *= 8
 
 
 def _is_user(event: MessageAppended) -> bool:
@@ -191,8 +217,9 @@ def _first_user(entries: list[tuple[Entry, int]]) -> int | None:
 
 def _slice_tokens(
     messages: list[MessageAppended], budget: int, include_timestamps: bool
-) -> list[tuple[Entry, int]]:
-    """Rule 5, building entries from the newest message back only as far as needed."""
+) -> tuple[list[tuple[Entry, int]], int]:
+    """Rule 5, building entries from the newest message back only as far as needed; with the
+    position of the oldest message it built (the result does not depend on anything older)."""
     kept: list[tuple[Entry, int]] = []  # newest first while collecting
     used = 0
     j = len(messages) - 1
@@ -210,7 +237,7 @@ def _slice_tokens(
     kept.reverse()
     first = _first_user(kept)
     if first is not None:
-        return kept[first:]
+        return kept[first:], j + 1
     # No user entry fits: recover the nearest earlier one, even past the budget.
     extra: list[tuple[Entry, int]] = []
     candidate = overflow
@@ -218,12 +245,12 @@ def _slice_tokens(
         extra.append(candidate)
         if candidate[0].get("role") == "user":
             extra.reverse()
-            return extra + kept
+            return extra + kept, j + 1
         candidate = None
         while j >= 0 and candidate is None:
             candidate = _build(messages[j], include_timestamps)
             j -= 1
-    return kept
+    return kept, j + 1
 
 
 def _summary_entry(state: SessionState) -> tuple[Entry, int] | None:
@@ -249,8 +276,14 @@ def history_with_tokens(
     window = _window(state, max_messages, extend_to_user)
     if max_tokens > 0:
         budget = max(1, max_tokens - summary[1]) if summary else max_tokens
-        out = _slice_tokens(window, budget, include_timestamps)
+        # Rule 3 after rule 5 (same result; see _front_cut): a window longer than the budget
+        # opens only the messages the budget reaches (a sealed message is decrypted to open).
+        out, lowest = _slice_tokens(window, budget, include_timestamps)
+        cut = _front_cut(window, lowest)
+        if cut > lowest:
+            out = _slice_tokens(window[cut:], budget, include_timestamps)[0]
     else:
+        window = window[legal_start(event.message for event in window) :]
         out = [b for event in window if (b := _build(event, include_timestamps))]
     start = legal_start(e for e, _ in out)
     if start:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import msgspec
 import pytest
 
 from sessionledger import projections
@@ -444,6 +445,30 @@ def test_history_touches_only_its_window(kwargs: dict[str, Any]) -> None:
     out = projections.history(state, **kwargs)
     assert out and out[-1]["content"] == "a59"
     assert all(m["role"] == "assistant" for m in out)
+
+
+def _unopened(message: Msg, seq: int, tokens: int) -> MessageAppended:
+    """A message event as a reader gets it from a log: its body not decoded yet."""
+    body = msgspec.Raw(msgspec.json.encode(message))
+    return MessageAppended(seq=seq, ts=TS, id=f"m{seq}", body=body, tokens=tokens)
+
+
+def test_a_token_budget_opens_only_the_messages_it_reaches() -> None:
+    # 100 turns: user, assistant with a tool call, its result, assistant reply (10 tokens each).
+    turns: list[Msg] = []
+    for n in range(100):
+        turns += [u(f"q{n}"), call(None, f"c{n}"), t(f"c{n}", f"r{n}"), a(f"a{n}")]
+    events = [_unopened(m, i + 1, 10) for i, m in enumerate(turns)]
+    header = Header(seq=0, ts=TS, id="s", key="t:1", created_at=TS)
+    state = fold(header, cast(list[Event], events))
+    out = projections.history(state, max_messages=400, max_tokens=200)
+    assert len(out) == 20 and out[0]["content"] == "q95"
+    assert out == projections.history(build(turns, tokens=[10] * 400), 400, 200)
+    opened = [i for i, e in enumerate(events) if "message" in e.__dict__]
+    # The 20 it returns, the one over the budget, the 16 before it that rule 3 looks at, and
+    # the front of the window (aligned to its first user message): not the other 360.
+    assert len(opened) <= 20 + 1 + 16 + 1, opened
+    assert min(i for i in opened if i > 0) >= 400 - 20 - 1 - 16
 
 
 def test_context_tokens_and_usage_ratio() -> None:
