@@ -51,6 +51,7 @@ from ._catalog_log import name_for, read_entry
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, infos_from_records
+from ._sealed_rows import open_sessions
 
 _T = TypeVar("_T")
 Order = Literal["updated", "created", "key"]
@@ -94,7 +95,9 @@ def list_sessions(
     """The sessions of ``store`` that match, newest-updated first (or by ``order``).
 
     ``agent``, ``channel`` and ``peer`` match the parts of structured keys (see
-    :class:`SessionID`); ``created_after`` / ``created_before`` are exclusive bounds.
+    :class:`SessionID`); ``created_after`` / ``created_before`` are exclusive bounds. A sealed
+    session's title, preview, summary and tags are opened here when ``store`` holds the keys,
+    and listed empty when it does not (``SessionInfo.sealed``; the catalog never stores them).
     """
     if order not in ORDERS:
         raise InvalidEventError(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
@@ -115,8 +118,10 @@ def list_sessions(
         offset=offset,
     )
     if isinstance(store, CatalogRecords):  # a catalog table (PostgreSQL): one indexed query
-        return infos_from_records(store.query_catalog_records(query), store)
-    return select(_refresh(store, rebuild=False).rows, query)
+        rows = infos_from_records(store.query_catalog_records(query), store)
+    else:
+        rows = select(_refresh(store, rebuild=False).rows, query)
+    return open_sessions(store, rows)
 
 
 def catalog_conversations(

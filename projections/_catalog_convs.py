@@ -64,6 +64,7 @@ def current_row(info: SessionInfo, ended: tuple[ConversationInfo, ...] = ()) -> 
         end_reason="archive" if info.state == "archived" else None,
         state=info.state,
         resumed_from=info.resumed_from,
+        sealed=info.sealed,
     )
 
 

@@ -32,7 +32,7 @@ from ._catalog_row import Row, SessionInfo
 from ._conversation_row import ENDED, ConversationInfo
 
 CATALOG_FORMAT: Final = "sessionlog-catalog"
-CATALOG_VERSION: Final = 6
+CATALOG_VERSION: Final = 7
 
 
 class Ended(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -53,6 +53,7 @@ class Ended(msgspec.Struct, array_like=True, frozen=True, gc=False):
     updated_at: datetime
     end_reason: str | None
     resumed_from: int | None
+    sealed: bool = False
 
 
 #: The fields of :class:`ConversationInfo` an :class:`Ended` leaves out (the entry's key, and

@@ -74,6 +74,10 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     resumed_from: int | None = None
     #: How many conversations ended in this session's log (``/new``, reset).
     ended: int = 0
+    #: The session's content is sealed (an encrypted store): the stored catalog keeps no title,
+    #: preview, summary or tags of it; a listing by a store with the keys opens them (see
+    #: ``_sealed_rows``), one without lists them empty.
+    sealed: bool = False
 
 
 class Row(msgspec.Struct, array_like=True, gc=False):
@@ -171,8 +175,10 @@ def _summary(row_meta: str | None, compaction: str | None) -> str:
     return row_meta or ""
 
 
-def _sealed_info(state: SessionState) -> SessionInfo:
-    return SessionInfo(
+def _sealed_row(state: SessionState, offset: int) -> Row:
+    """A sealed session's row as the catalog stores it: its envelope only (counts, times,
+    lifecycle, conversations), no title, preview, summary or tags, opened or not."""
+    info = SessionInfo(
         key=state.key,
         created_at=state.created_at,
         updated_at=state.updated_at,
@@ -181,14 +187,23 @@ def _sealed_info(state: SessionState) -> SessionInfo:
         state=state.lifecycle,
         seq=state.seq,
         head=state.head,
+        conversation_start=state.conversation_start,
+        resumed_from=state.resumed_from,
+        ended=len(state.ended),
+        sealed=True,
     )
+    ended = ended_rows(state.key, state.created_at, state.ended, sealed=True)
+    return Row(info, offset, ended=ended)
 
 
-def row_from_state(state: SessionState, offset: int) -> Row:
-    """The row of a folded session whose log was read up to byte ``offset``."""
-    if state.sealed:
-        # An encrypted session: the stored catalog keeps no title, preview or summary.
-        return Row(_sealed_info(state), offset)
+def row_from_state(state: SessionState, offset: int, *, opened: bool = False) -> Row:
+    """The row of a folded session whose log was read up to byte ``offset``.
+
+    A sealed session's row keeps only its envelope, unless ``opened`` (its state was opened
+    with the keys, and the row is for a listing in memory, never stored).
+    """
+    if state.sealed and not opened:
+        return _sealed_row(state, offset)
     title, tags, meta_summary = _described(state.metadata)
     compaction = state.compaction.summary if state.compaction is not None else None
     preview, role = preview_with_role(event.message for event in state.messages)
@@ -208,6 +223,7 @@ def row_from_state(state: SessionState, offset: int) -> Row:
         conversation_start=state.conversation_start,
         resumed_from=state.resumed_from,
         ended=len(state.ended),
+        sealed=state.sealed,
     )
     ended = ended_rows(state.key, state.created_at, state.ended)
     return Row(info, offset, role, meta_summary, compaction, ended)
@@ -248,6 +264,7 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
             # the role is peeked first: most messages cannot change the preview
             if (
                 role != USER_PREVIEW
+                and not info.sealed  # a sealed body has no text to preview
                 and peek.message
                 and may_change(_peek_role(peek.message).role, role)
             ):
@@ -290,6 +307,7 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
                             updated_at=event.ts,
                             end_reason=event.reason,
                             resumed_from=resumed,
+                            sealed=info.sealed,
                         ),
                     )
                     start, resumed = event.seq, None
@@ -319,5 +337,6 @@ def advance(row: Row, data: bytes, offset: int, head: str) -> Row | None:
         conversation_start=start,
         resumed_from=resumed,
         ended=len(ended),
+        sealed=info.sealed,
     )
     return Row(new_info, offset + end, role, meta_summary, compaction, ended)

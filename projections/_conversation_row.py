@@ -50,12 +50,16 @@ class ConversationInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     state: str = ENDED
     #: The ``start_seq`` of the conversation it resumed, if it was resumed.
     resumed_from: int | None = None
+    #: Its session's content is sealed (an encrypted store): the stored catalog keeps no
+    #: title or preview of it; a listing by a store with the keys opens them.
+    sealed: bool = False
 
 
 def ended_rows(
-    key: str, created_at: datetime, ended: Iterable[EndedConversation]
+    key: str, created_at: datetime, ended: Iterable[EndedConversation], *, sealed: bool = False
 ) -> tuple[ConversationInfo, ...]:
-    """The rows of a session's ended conversations, oldest first."""
+    """The rows of a session's ended conversations, oldest first (``sealed``: without their
+    titles and previews, for a stored catalog)."""
     out: list[ConversationInfo] = []
     started = created_at
     for e in ended:
@@ -64,14 +68,15 @@ def ended_rows(
                 key=key,
                 start_seq=e.start_seq,
                 end_seq=e.end_seq,
-                title=e.title,
-                preview=session_preview(e.preview),
+                title="" if sealed else e.title,
+                preview="" if sealed else session_preview(e.preview),
                 messages=e.messages,
                 tokens=e.tokens,
                 started_at=started,
                 updated_at=e.ended_at,
                 end_reason=e.reason,
                 resumed_from=e.resumed_from,
+                sealed=sealed,
             )
         )
         started = e.ended_at

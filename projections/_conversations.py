@@ -24,6 +24,7 @@ from ._catalog_convs import Listing, build
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
 from ._pg_catalog import CatalogRecords, ended_of_record, infos_from_records
+from ._sealed_rows import open_conversations
 
 ConversationOrder = Literal["updated", "started", "key"]
 CONVERSATION_ORDERS: Final = ("updated", "started", "key")
@@ -60,6 +61,7 @@ def list_conversations(
     as :func:`list_sessions` does. ``state`` is ``ended`` or a lifecycle state (of a current
     conversation); ``current`` keeps only current (True) or only ended (False) ones;
     ``updated_after`` / ``updated_before`` are exclusive bounds on the last activity.
+    Titles and previews of sealed sessions are opened as :func:`list_sessions` opens them.
     """
     if order not in CONVERSATION_ORDERS:
         raise InvalidEventError(
@@ -80,10 +82,10 @@ def list_conversations(
         records = store.query_catalog_records(sessions)
         infos = infos_from_records(records, store)
         ended = {r.key: ended_of_record(r, store) for r in records}
-        return _page(_ordered(infos, ended, order), tests, offset, end)
+        return open_conversations(store, _page(_ordered(infos, ended, order), tests, offset, end))
     if sessions != CatalogFilter():
         rows, ended = catalog_conversations(store, sessions)
-        return _page(_ordered(rows, ended, order), tests, offset, end)
+        return open_conversations(store, _page(_ordered(rows, ended, order), tests, offset, end))
 
     def use(listing: Listing) -> list[ConversationInfo]:
         if order != "updated" or end is None:
@@ -95,7 +97,9 @@ def list_conversations(
         return _page(listing.iterate(), tests, offset, end)
 
     # Every session: the catalog's own listing (a page decodes only the chunks it reaches).
-    return catalog_listing(store, use, whole=end is None or order != "updated")
+    return open_conversations(
+        store, catalog_listing(store, use, whole=end is None or order != "updated")
+    )
 
 
 def _page(

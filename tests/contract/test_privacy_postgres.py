@@ -83,6 +83,27 @@ def test_no_plaintext_in_any_table(
     assert files.load("telegram:42").state.metadata["title"] == SECRETS[1]
 
 
+def test_listings_open_with_the_keys_and_stay_empty_without(
+    make_pg: StoreFactory, dsn: str, schema: str, tmp_path: Path
+) -> None:
+    keys = FileKeyStore(tmp_path / "keys")
+    store = make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys)
+    _write(store)
+    with make_pg().session("plain:1") as plain:  # no title or preview: looked at, left as is
+        plain.append_message("assistant", "")
+    rows = {r.key: r for r in projections.list_sessions(store)}
+    row = rows["telegram:42"]
+    assert (row.title, row.summary) == (SECRETS[1], f"said {SECRETS[2]}")
+    assert row.preview == f"I was at {SECRETS[0]}"
+    assert (rows["plain:1"].title, rows["plain:1"].preview) == ("", "")
+    [conv] = projections.list_conversations(store, "telegram:42")
+    assert (conv.title, conv.preview) == (SECRETS[1], f"I was at {SECRETS[0]}")
+    bare = {r.key: r for r in projections.list_sessions(make_pg())}  # no keys: the envelope
+    assert (bare["telegram:42"].title, bare["telegram:42"].preview) == ("", "")
+    assert bare["telegram:42"].messages == row.messages
+    assert [s for s in SECRETS if s.encode() in _all_table_bytes(dsn, schema)] == []
+
+
 def test_erase_redact_and_shared_writers(
     make_pg: StoreFactory, dsn: str, schema: str, tmp_path: Path
 ) -> None:

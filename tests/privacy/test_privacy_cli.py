@@ -50,3 +50,15 @@ def test_verify_without_a_key_and_show_without_one(
     assert "encrypted" in err and "key_provider" in err
     assert main(["show", "telegram:42", "--store", str(root), "--key-file", "/nonexistent"]) == 2
     assert "no master key file" in capsys.readouterr().err
+
+
+def test_ls_opens_titles_with_the_key_and_marks_them_sealed_without(
+    sealed_store: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, key_file = sealed_store
+    assert main(["ls", "--store", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "telegram:42" in out and "[sealed]" in out and "Trip" not in out
+    assert main(["ls", "--store", str(root), "--key-file", str(key_file)]) == 0
+    out = capsys.readouterr().out
+    assert "Trip" in out and "hello visible" in out and "[sealed]" not in out

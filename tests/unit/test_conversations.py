@@ -396,11 +396,11 @@ def test_a_catalog_of_the_previous_format_is_rebuilt_once(tmp_path: Path) -> Non
         before = list_conversations(store)
         rows = list_sessions(store)
     stored = msgspec.msgpack.decode((root / ".catalog").read_bytes())
-    assert stored[1] == _catalog_file.CATALOG_VERSION == 6
+    assert stored[1] == _catalog_file.CATALOG_VERSION == 7
     old = list(stored)
-    old[1] = 5  # what the previous release wrote (entries kept every ended row whole)
+    old[1] = 6  # what the previous release wrote (its rows said nothing of sealing)
     (root / ".catalog").write_bytes(msgspec.msgpack.encode(old))
     with FileStore(root, durability="none") as fresh:
         assert list_conversations(fresh) == before
         assert list_sessions(fresh) == rows
-    assert msgspec.msgpack.decode((root / ".catalog").read_bytes())[1] == 6
+    assert msgspec.msgpack.decode((root / ".catalog").read_bytes())[1] == 7

@@ -234,6 +234,8 @@ def _ls(args: argparse.Namespace) -> int:
         if about:
             cell.append("\n")
             cell.append(cut_line(about, width), style="italic" if row.title else "")
+        elif row.sealed:  # listed without its keys (--key-file opens title and preview)
+            cell.append("\n[sealed]", style="dim")
         table.add_row(
             cell,
             row.updated_at.strftime("%m-%d %H:%M"),
