@@ -486,6 +486,8 @@ def extend_from_state(
     tail: bytes,
     hash_key: bytes,
     since: int = 0,
+    seal: MetaSeal | None = None,
+    open_header: Callable[[Header], Header] | None = None,
 ) -> bytes | None:
     """The snapshot of a writer's ``state``, opened from ``meta`` (which is still the stored
     snapshot; None: opened without one), written from what the writer holds: the lines since
@@ -493,7 +495,9 @@ def extend_from_state(
     ``tail`` is the log from ``meta.line_start`` (from byte 0 without ``meta``). ``meta`` may
     also be a later snapshot than the state opened from (another writer extended it; it must
     not pass the state's seq): then ``since`` is the record count of the one it opened from.
-    None: the state does not line up with the log (take the general path).
+    None: the state does not line up with the log (take the general path). ``seal`` is as for
+    :func:`write_index` (a sealed session's); ``open_header`` opens the header read from the
+    log's first line (without ``meta``), as the snapshot keeps it opened until it is sealed.
 
     A line the writer holds is recognised by its hash field, which must be its event's hash
     (a 128-bit value); its bytes are not hashed again here, since every read of a body
@@ -505,6 +509,8 @@ def extend_from_state(
         header = decoded.header if decoded is not None else None
         if header is None or header.key != state.key or header.seq != 0 or not header.h:
             return None
+        if open_header is not None:
+            header = open_header(header)
         first_seq, records, line_no = 1, 0, 1
         prev, prev_prev, base_start = header.h, "", 0
         pos = header_end + 1
@@ -518,7 +524,7 @@ def extend_from_state(
         return None
     in_memory = {m.seq: m for m in state.messages.in_memory}
     id_of = {seq: event_id for event_id, seq in state.ids.recent.items() if seq >= first_seq}
-    new = _NewRecords(records)
+    new = _NewRecords(records, sealed=seal is not None)
     if meta is not None and any(seq < first_seq for seq in in_memory):
         # Another writer indexed lines this state holds (it opened from an older snapshot):
         # their records are in the file already; find the held messages' ordinals there.
@@ -584,7 +590,7 @@ def extend_from_state(
         offset=base_start + pos,
         line_no=line_no + count + headers,
     )
-    return _finish(files, header, state, anchor, meta, new, hash_key)
+    return _finish(files, header, state, anchor, meta, new, hash_key, seal)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

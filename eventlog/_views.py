@@ -118,10 +118,10 @@ class SnapshotViews:
         # in memory holds plaintext values, and is sealed again only when encoded.
         return meta if self._store._privacy.open_sealed(key, meta) else None
 
-    def _index_seal(self, header: Header) -> MetaSeal | None:
+    def _index_seal(self, sealed: bool) -> MetaSeal | None:
         """How a sealed session's index snapshot is sealed before it is encoded (None: it
         is not sealed)."""
-        if not header.sealing:
+        if not sealed:
             return None
         store = self._store
         return lambda meta: store._privacy.seal_snapshot(meta.key, meta)
@@ -243,7 +243,7 @@ class SnapshotViews:
                 spans=spans,
                 base=meta,
                 hash_key=self._hash_key,
-                seal=self._index_seal(header),
+                seal=self._index_seal(bool(header.sealing)),
                 links=decoded.links,
             )
         except (SnapshotError, msgspec.EncodeError, OverflowError) as exc:
@@ -331,11 +331,11 @@ class SnapshotViews:
         from the header on, see :meth:`_extend_index`); the state then takes the snapshot's message list and on-disk ids, which
         hold exactly what it held (a writer's state equals the fold of its log, and the
         snapshot is used only when it ends at the state's own seq and head). Anything in the
-        way (another writer moved the snapshot or the log on, a sealed or private session, an
+        way (another writer moved the snapshot or the log on, an erased or redacted session, an
         I/O error) leaves the state as it was.
         """
         files = self._index_files(key)
-        if files is None or _private(state):
+        if files is None or _withheld(state):
             return False
         try:
             # Not extended: another writer may have indexed up to this very state; use it then.
@@ -348,6 +348,10 @@ class SnapshotViews:
             return False
         if opened is None:
             return False
+        if state.sealed and opened.messages.source is not None:
+            # The records point at sealed lines: they open as the writer's own messages did.
+            privacy = self._store._privacy
+            opened.messages.source.opener = privacy.seal_of(key, meta.header).open_message
         older, newer = state.ids.cold, opened.ids.cold
         if isinstance(older, FileColdIds) and isinstance(newer, FileColdIds):
             newer.inherit(older)
@@ -362,7 +366,7 @@ class SnapshotViews:
         log's header on."""
         files = self._index_files(key)
         source = state.messages.source
-        if files is None or _private(state):
+        if files is None or _withheld(state):
             return False
         meta: IndexMeta | None = None
         since = 0
@@ -382,8 +386,18 @@ class SnapshotViews:
             _, tail = self._store.read_tail(key, 0)
         else:
             return False
+        privacy = self._store._privacy
         try:
-            blob = extend_from_state(files, meta, state, tail, self._hash_key, since)
+            blob = extend_from_state(
+                files,
+                meta,
+                state,
+                tail,
+                self._hash_key,
+                since,
+                seal=self._index_seal(state.sealed),
+                open_header=(lambda h: privacy.open_header(key, h)) if state.sealed else None,
+            )
         except (SnapshotError, msgspec.EncodeError, OverflowError):
             return False
         if blob is None:
@@ -430,13 +444,6 @@ def _at_anchor(state: SessionState, anchor: Anchor) -> None:
     after it yet), which a snapshot does not anchor on; opening reads that header again."""
     if state.seq == anchor.seq:
         state.head = anchor.head
-
-
-def _private(state: SessionState) -> bool:
-    """Whether a writer leaves a session's index alone (sealed, erased, redacted): settling
-    and the close-time extension index only plaintext sessions (a sealed one's snapshot is
-    written by :meth:`SnapshotViews.write_snapshot`, which seals it)."""
-    return state.sealed or _withheld(state)
 
 
 def _withheld(state: SessionState) -> bool:

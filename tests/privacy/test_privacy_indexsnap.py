@@ -110,3 +110,49 @@ def test_an_old_index_snapshot_put_back_opens_nothing_destroyed(tmp_path: Path, 
         assert not any(m.get("content") == f"{SECRETS['message']} #15" for m in opened.values())
     text = json.dumps([m.message for m in messages])
     assert f"{SECRETS['message']} #15" not in text
+
+
+def test_a_sealed_writer_settles_and_keeps_nothing_readable_on_disk(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    store.settle_every = 50
+    s = store.session("k", metadata={"title": SECRETS["title"]})  # no snapshot yet: from byte 0
+    texts = [f"{SECRETS['message']} #{i}" for i in range(230)]
+    for text in texts:
+        s.append_message("user", text)
+    # Its own messages left memory (read back from the sealed lines, opened as they are read).
+    assert s.state.messages.source is not None
+    assert len(s.state.messages.in_memory) < 50
+    assert [m.message["content"] for m in s.state.messages] == texts
+    assert projections.history(s.state, max_messages=5)[-1]["content"] == texts[-1]
+    assert is_index_snapshot(store.snapshot_path("k").read_bytes())
+    assert files_containing(tmp_path / "s", list(SECRETS.values())) == {}
+    s.update_metadata(set={"later": SECRETS["meta"]})
+    for text in texts[:60]:
+        s.append_message("assistant", text)  # settles again, extending the sealed index
+    again = _reopen(tmp_path)
+    loaded = again.load("k")
+    assert loaded.snapshot_seq >= 250 and loaded.state.messages.source is not None
+    assert loaded.state.metadata == {"title": SECRETS["title"], "later": SECRETS["meta"]}
+    assert _dicts(again, "k", snapshot=True) == _dicts(again, "k", snapshot=False)
+    assert files_containing(tmp_path / "s", list(SECRETS.values())) == {}
+    s.close()
+
+
+def test_a_settled_sealed_writer_reads_erased_and_redacted_back_as_withheld(
+    tmp_path: Path,
+) -> None:
+    store = encrypted_store(tmp_path)
+    store.settle_every = 20
+    s = store.session("k")
+    for i in range(70):
+        s.append_message("user", f"m{i}")
+    assert s.state.messages.source is not None
+    store.redact("k", 5)
+    assert s.state.messages[4].message[WITHHELD] == "redacted"
+    assert s.state.messages[5].message["content"] == "m5"
+    store.erase("k")
+    assert all(m.message[WITHHELD] == "erased" for m in s.state.messages)
+    s.append_message("user", "after")  # goes on (and settles again) with the new tree
+    assert s.state.messages[-1].message["content"] == "after"
+    assert _dicts(_reopen(tmp_path), "k", snapshot=False)[-1] == s.state.messages[-1].message
+    s.close()

@@ -85,3 +85,18 @@ def test_an_open_store_forgets_an_erased_session(tmp_path: Path) -> None:
         assert isinstance(live, KeyTree)
         assert not {live.leaf(seq) for seq in range(last + 1)} & destroyed
     store.close()
+
+
+def test_a_settled_writer_forgets_an_erased_session(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    store.settle_every = 16  # the writer's messages are read back from the sealed lines
+    secret = "settled-" + os.urandom(6).hex()
+    s = store.session("k")
+    for i in range(60):
+        s.append_message("user", f"{secret}-{i}")
+    assert s.state.messages.source is not None
+    assert [m.message["content"] for m in s.state.messages][-1] == f"{secret}-59"
+    assert _opened_with(secret)
+    store.erase("k")
+    assert _opened_with(secret) == []
+    store.close()

@@ -280,8 +280,8 @@ def test_a_closing_writer_indexes_from_what_it_holds(
     written: list[bool] = []
     original = _indexsnap.extend_from_state
 
-    def spying(*args: object) -> bytes | None:
-        blob = original(*args)  # type: ignore[arg-type]
+    def spying(*args: object, **kwargs: object) -> bytes | None:
+        blob = original(*args, **kwargs)  # type: ignore[arg-type]
         written.append(blob is not None)
         return blob
 
