@@ -2,9 +2,11 @@
 
 Invariants:
 - A row is advanced over the new bytes only when the log has not shrunk below the row's offset
-  and its first new line chains from the row's head (hash recomputed; a log that rolled into a
-  new segment has a new live file, and is still followed); otherwise the log is read whole, and a log whose lines a row cannot follow is
-  folded (from its snapshot when it has one).
+  and has a complete line past it that chains from the row's head (hash recomputed; a log that
+  rolled into a new segment has a new live file, and is still followed); otherwise the log is
+  read whole (a changed log with no line past the offset too: a log deleted and made again at
+  the same length reaches it), and a log whose lines a row cannot follow is folded (from its
+  snapshot when it has one).
 - In a keyed store, only lines that verify under the key reach a row: a forged line and every
   line after it are left out (the log itself is left alone; ``verify`` reports it).
 - A file whose first line is not a valid header naming a key stored under that file's name is
@@ -55,6 +57,11 @@ def _advance(store: BaseStore, st: LogStat, row: Row) -> Row | None:
     if got is None:
         return None
     data = got[1]
+    if b"\n" not in data:
+        # No line past the row: nothing shows the file still holds the row's log (one deleted
+        # and made again, or written over, reaches the same length). Its stat changed with
+        # no new line (a torn tail, a cut, another file): read it whole.
+        return None
     if not chains_from(data, row.info.head, store.hash_key):
         return None
     data = _verified(data, row.info.head, store.hash_key)

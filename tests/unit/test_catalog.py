@@ -471,3 +471,20 @@ def test_a_cut_log_is_never_left_longer_in_the_stored_catalog(tmp_path: Path) ->
     store.cut("k", data.rfind(b"\n", 0, len(data) - 1) + 1, reason="test")
     assert list_sessions(store)[0].seq == 4
     assert catalog_heads(store)["k"][0] == 4  # written at once, not deferred (verify reads it)
+
+
+def test_a_log_deleted_and_made_again_at_the_same_length_is_read_whole(tmp_path: Path) -> None:
+    """Another file at the row's offset with no line past it is not the row's log: a store
+    object that listed the first session lists the second one."""
+    store = FileStore(tmp_path, durability="none")
+    with store.session("k") as w:
+        w.append_message("user", "hello")
+    first = list_sessions(store)[0]
+    size = store.path_for("k").stat().st_size
+    other = FileStore(tmp_path, durability="none")
+    other.delete("k")
+    with other.session("k") as w:
+        w.append_message("user", "hello")
+    assert store.path_for("k").stat().st_size == size  # the row's offset, and no line past it
+    got = list_sessions(store)
+    assert got == expected(store) and got[0].head != first.head
