@@ -40,6 +40,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ._async_writer import AsyncSessionLog, AsyncSessionWriter
+from ._catchup import catch_up
 from ._crypto import Keyring
 from ._errors import StoreClosedError
 from ._events import Event, Header
@@ -217,9 +218,8 @@ class AsyncBaseStore:
             log.sync_in_thread = self._offload
             log.settle = sync._views.settler(key)
             writer = AsyncSessionWriter(log, on_close=self._forget)
-            await self._run(
-                partial(sync._privacy.arm_writer, writer)
-            )  # an encrypted store's sealer
+            # an encrypted store's sealer, and erasures a crash left unfinished
+            await self._run(partial(sync._privacy.arm_writer, writer))
             self._logs[key] = log
             return writer, report
         return AsyncSessionWriter(log, on_close=self._forget), report
@@ -244,7 +244,7 @@ class AsyncBaseStore:
         log = self._logs.get(key)
         if log is not None and not log.closed:
             io: Any = log.io
-            if hasattr(io, "observe") and self._sync._catch_up(key, io, log.state, locked=False):
+            if hasattr(io, "observe") and catch_up(self._sync, key, io, log.state, locked=False):
                 return log.state
         return (await self.load(key)).state
 

@@ -1,20 +1,17 @@
-"""What every store shares: opening a session from its bytes, catching up, the writers.
+"""What every store shares: the writers it holds, and the surface applications call.
 
 A store holds a backend (:class:`~eventlog._backend.Backend`: open a session's bytes under its
 lock, read them without it, list, remove, quarantine, the trash and view bytes) and builds the
-rest on it once: this module turns bytes into checked, folded sessions the same way for every
-backend, so the stores cannot drift apart; the lifecycle (:class:`Lifecycle`), the snapshots
-(:class:`SnapshotViews`) and the sealing (:class:`Privacy`) are objects the store holds, and its
-methods delegate to them.
+rest on it once, the same way for every backend, so the stores cannot drift apart: opening a
+session from its bytes (``_opening``) and folding in what other writers appended
+(``_catchup``) are written once over the backend; the lifecycle (:class:`Lifecycle`), the
+snapshots (:class:`SnapshotViews`) and the sealing (:class:`Privacy`) are objects the store
+holds, and its methods delegate to them.
 
 Invariants:
 - Many writers, one log: a store keeps one :class:`SessionLog` per session it writes, and any
-  number of stores (in this process or others) may write the same session. Each write locks
-  the log for that write only and first folds in what the others appended
-  (:meth:`BaseStore._catch_up`): lines that follow the chain are folded; an incomplete last line
-  found under the lock was left by a dead writer and goes to quarantine, as on open; anything
-  else (a log cut back or replaced, a line that does not follow) reloads the session from the
-  log, as on open.
+  number of stores (in this process or others) may write the same session; each write locks
+  the log for that write only and first folds in what the others appended (``_catchup``).
 - Reading never locks: ``load``, ``state``, ``read_bytes``, ``exists``, ``keys``.
 - A log whose session was removed (by this store or another) is closed; its writers raise.
 - After ``fork``, a child's logs get fresh locks and reload from the log on next use.
@@ -26,33 +23,27 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Self, cast
 
-import msgspec
-
-from ._backend import Backend, CatchUp, SharedIO, TrashEntry
-from ._codec import ZERO_HASH, Decoded, TornTail, decode_log, encode_line, normalize_key
+from ._backend import Backend, SharedIO, TrashEntry
+from ._catchup import catch_up, revalidate, weak_catch_up
+from ._codec import Decoded, normalize_key
 from ._crypto import Keyring
 from ._errors import (
     CorruptLogError,
     InvalidEventError,
-    NewerFormatError,
-    NotALogError,
     SessionNotFoundError,
     StoreClosedError,
 )
-from ._events import FORMAT_VERSION, Event, Header
-from ._fold import SessionState, apply, fold
-from ._indexsnap import IndexMeta
+from ._events import Event, Header
+from ._fold import SessionState, fold
 from ._lifecycle import CleanupReport, EndHook, Lifecycle
 from ._names import check_key
+from ._opening import check_metadata, decode_checked, new_header, open_checked, prepare
 from ._privacy import Privacy, header_of
-from ._snapshot import Snapshot
 from ._store_types import CutReport, LoadedLog, OpenReport, RawSession
 from ._tokens import TokenCounter, estimate_tokens
-from ._values import encode_checked
 from ._views import SnapshotStatus, SnapshotViews
 from ._writer import (
     Durability,
@@ -60,13 +51,10 @@ from ._writer import (
     SessionLog,
     SessionWriter,
     check_durability,
-    new_event_id,
 )
 from ._writerbase import LogArgs
 
 _STORES: weakref.WeakSet[BaseStore] = weakref.WeakSet()
-#: The end of every line: its 32 hex digits of hash, the closing quote and brace, a newline.
-_HEAD_BYTES = 35
 
 
 def _after_fork_in_child() -> None:
@@ -75,26 +63,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@dataclass(slots=True)
-class _Reopened:
-    io: SessionIO
-    data: bytes
-    created: bool = False
-
-
-def _weak_catch_up(store: BaseStore) -> CatchUp:
-    """The store's catch-up for its backend's I/O, holding the store weakly (no cycle)."""
-    ref = weakref.ref(store)
-
-    def catch_up(key: str, io: SharedIO, state: SessionState, *, locked: bool) -> bool:
-        target = ref()
-        if target is None:
-            raise StoreClosedError("the store is gone")
-        return target._catch_up(key, io, state, locked=locked)
-
-    return catch_up
 
 
 class BaseStore:
@@ -124,7 +92,7 @@ class BaseStore:
         self.token_counter: TokenCounter = token_counter or estimate_tokens
         self.batch_window = batch_window
         self._backend = backend
-        backend.attach(_weak_catch_up(self))
+        backend.attach(weak_catch_up(self))
         self._lifecycle = Lifecycle(self, backend.trash())
         self._views = SnapshotViews(self, backend)
         self._privacy = Privacy(self)
@@ -160,7 +128,7 @@ class BaseStore:
         """
         key = check_key(key)
         if metadata:
-            _check_metadata(metadata)
+            check_metadata(metadata)
         return self._session(key, create=True, metadata=metadata)
 
     def open(self, key: str) -> SessionWriter:
@@ -221,7 +189,7 @@ class BaseStore:
             io = log.io
             with log.lock:
                 shared = hasattr(io, "observe") and not log.closed
-                if shared and self._catch_up(key, cast(SharedIO, io), log.state, locked=False):
+                if shared and catch_up(self, key, cast(SharedIO, io), log.state, locked=False):
                     return log.state
         return self.load(key).state
 
@@ -561,23 +529,15 @@ class BaseStore:
     # -- internals ---------------------------------------------------------------------------
 
     def _decode(self, key: str, data: bytes) -> Decoded:
-        decoded = decode_log(data, key=self._hash_key)
-        where = self._describe(key)
-        if decoded.header is None:
-            problem = decoded.bad or decoded.torn
-            reason = problem.reason if problem is not None else "empty file"
-            raise NotALogError(where, f"line 1: {reason}")
-        if decoded.header.key != key:
-            raise NotALogError(where, f"its header names session {decoded.header.key!r}")
-        self._privacy.unseal(key, decoded)
-        return decoded
+        """``key``'s log bytes decoded and opened (see :func:`decode_checked`)."""
+        return decode_checked(self, key, data)
 
     def _session(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
     ) -> SessionWriter:
         while True:
             log = self._writers.get(key)
-            if log is None or log.closed or self._revalidate(key, log):
+            if log is None or log.closed or revalidate(self, key, log):
                 break
         with self._mutex:
             if self._closed:
@@ -590,10 +550,8 @@ class BaseStore:
                 log = SessionLog(**args)
                 log.settle = self._views.settler(key)
                 writer = SessionWriter(log, on_close=self._forget)
-                try:
-                    self._privacy.arm_writer(
-                        writer
-                    )  # an encrypted store's sealer, finished erasures
+                try:  # an encrypted store's sealer, and erasures a crash left unfinished
+                    self._privacy.arm_writer(writer)
                 except BaseException:
                     log.close()
                     raise
@@ -603,29 +561,6 @@ class BaseStore:
                 writer = SessionWriter(log, on_close=self._forget)
             log.handles += 1
         return writer
-
-    def _revalidate(self, key: str, log: SessionLog) -> bool:
-        """Before handing out a writer of a log this store already holds: catch it up.
-
-        Also checks that the log still ends with the line this store last knew (a log
-        rewritten in place to the same length is reloaded). False: the session is gone.
-        """
-        io: Any = log.io
-        if not hasattr(io, "lock"):
-            return True
-        with log.lock:
-            if log.closed:
-                return False
-            io.lock(True)
-            try:
-                self._catch_up(key, io, log.state, locked=True, check_head=True)
-            except SessionNotFoundError:
-                return False
-            finally:
-                io.unlock()
-            if log.state.seq < log.commit.written:
-                log.rebase()
-        return True
 
     def _forget(self, writer: SessionWriter) -> None:
         """A writer closed; with the last one the log closes (next open reads it again)."""
@@ -656,86 +591,6 @@ class BaseStore:
             log.closed = True
         io.close()
 
-    def _catch_up(
-        self,
-        key: str,
-        io: SharedIO,
-        state: SessionState,
-        *,
-        locked: bool,
-        check_head: bool = False,
-    ) -> bool:
-        """Fold into ``state`` what other writers appended to ``key``'s log since ``io`` looked.
-
-        ``locked``: the log's lock is held (a write follows); an incomplete last line is then
-        a dead writer's and goes to quarantine, and anything unexpected reloads the log in
-        place. Without the lock nothing is written, and False means: read the log instead.
-        """
-        if not locked:
-            with io.pinned() as usable:
-                return usable and not io.stale and self._fold_new(key, io, state, locked=False)
-        if not io.stale and self._fold_new(key, io, state, locked=True, check_head=check_head):
-            return True
-        # Cut back, replaced in place, a line that does not follow, or a forked child's first
-        # write: open the log again, exactly as on open (quarantine, CorruptLogError).
-        data = io.read_from(0)
-        io.set_size(len(data))
-        fresh, report = self._prepare(key, _Reopened(io, data), None)
-        self._reports[key] = report
-        for name in SessionState.__struct_fields__:
-            setattr(state, name, getattr(fresh, name))
-        io.stale = False
-        return True
-
-    def _fold_new(
-        self, key: str, io: SharedIO, state: SessionState, *, locked: bool, check_head: bool = False
-    ) -> bool:
-        try:
-            length = io.observe()
-        except SessionNotFoundError:
-            if locked:
-                self._gone(key, io)
-                raise
-            return False
-        known = io.size()
-        if check_head and known >= _HEAD_BYTES:
-            if length < known:
-                return False
-            # The last line this log knew must still be there: its hash ends it.
-            end = io.read_from(known - _HEAD_BYTES)[:_HEAD_BYTES]
-            if end[:32] != state.head.encode("ascii") or end[32:] != b'"}\n':
-                return False
-        if length == known:
-            return True
-        if length < known:
-            return False
-        tail = io.read_from(known)
-        decoded = decode_log(
-            tail,
-            key=self._hash_key,
-            expect_header=False,
-            prev_h=state.head,
-            last_seq=state.seq,
-            offset=known,
-            first_line=state.seq + 2,
-        )
-        torn = decoded.torn
-        if decoded.bad is not None or (torn is not None and torn.data.endswith(b"\n")):
-            return False
-        for event in self._privacy.unseal_events(key, state, decoded.events):
-            apply(state, event)
-        state.head = decoded.head  # the last line's: a segment header is a link too
-        io.set_size(decoded.valid_length)
-        if torn is not None and locked:
-            where = self._backend.quarantine(
-                key, torn.data, reason=torn.reason, line=torn.line, offset=torn.offset
-            )
-            io.truncate(decoded.valid_length)
-            if self.durability != "none":
-                io.sync()
-            self._reports[key] = OpenReport(key, torn=torn, quarantine=where)
-        return True
-
     def _open_log(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
     ) -> tuple[LogArgs, OpenReport]:
@@ -762,90 +617,17 @@ class BaseStore:
     def _open_checked(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
     ) -> tuple[RawSession, SessionState, OpenReport]:
-        """Open ``key`` under its writer lock, cut a torn tail, fold it (the async store too)."""
-        snap = self._views.read_snapshot(key)
-        raw = self._backend.open_raw(key, create, snap)
-        if raw is None:
-            raise SessionNotFoundError(key)
-        try:
-            state, report = self._prepare(key, raw, metadata)
-        except BaseException:
-            raw.io.close()
-            raise
-        return raw, state, report
+        """``key`` opened under its writer lock, its torn tail cut, folded (the lock still
+        held; see :func:`open_checked`)."""
+        return open_checked(self, key, create=create, metadata=metadata)
 
     def _prepare(
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
     ) -> tuple[SessionState, OpenReport]:
-        data = raw.data
-        base: int = getattr(raw, "base", 0)
-        snap: Snapshot | IndexMeta | None = getattr(raw, "snapshot", None)
-        restored = None
-        if base:
-            # Read from the snapshot's line: use it, or (the log no longer matches it) read all.
-            restored = self._views.restore(key, data, base=base, snap=snap)
-            if restored is None:
-                data = self._backend.read(key) or b""
-        # A header cut anywhere, even inside its first bytes, is a crash while creating it.
-        start = b'{"type":"header"'
-        torn_header = b"\n" not in data and (data.startswith(start) or start.startswith(data))
-        if restored is None and (not data or torn_header):
-            # A new session, or a crash while its header was being written.
-            quarantine = None
-            torn = None
-            if data:
-                torn = TornTail(1, 0, data, "incomplete header line")
-                quarantine = self._backend.quarantine(
-                    key, data, reason=torn.reason, line=1, offset=0
-                )
-                raw.io.truncate(0)
-            header = self._new_header(key, metadata)
-            sealed = self._privacy.seal_new_header(header)
-            line, h = encode_line(sealed, ZERO_HASH, self._hash_key)
-            raw.io.append(line)
-            if self.durability != "none":
-                raw.io.sync()
-            header = msgspec.structs.replace(header, h=h, sealing=sealed.sealing)
-            return fold(header, ()), OpenReport(
-                key, created=not data, torn=torn, quarantine=quarantine
-            )
-        if restored is None:
-            restored = self._views.restore(key, data)
-        decoded = restored[2] if restored is not None else self._decode(key, data)
-        if decoded.bad is not None:
-            raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
-        assert decoded.header is not None
-        version = max(decoded.header.version, decoded.version)
-        if version > FORMAT_VERSION:  # read it, never append to it
-            raise NewerFormatError(self._describe(key), version, FORMAT_VERSION)
-        report = OpenReport(key)
-        if decoded.torn is not None:
-            torn = decoded.torn
-            where = self._backend.quarantine(
-                key, torn.data, reason=torn.reason, line=torn.line, offset=torn.offset
-            )
-            raw.io.truncate(decoded.valid_length)
-            if self.durability != "none":
-                raw.io.sync()
-            report = OpenReport(key, torn=torn, quarantine=where)
-        state = restored[3] if restored is not None else fold(decoded.header, decoded.events)
-        state.head = decoded.head  # the last line's: a segment header is a link too
-        return state, report
+        """The folded state of a log opened under its lock (see :func:`prepare`); a backend
+        that opens its own way (PostgreSQL) overrides this."""
+        return prepare(self, key, raw, metadata)
 
     def _new_header(self, key: str, metadata: Mapping[str, Any] | None) -> Header:
-        now = datetime.now(UTC)
-        return Header(
-            seq=0,
-            ts=now,
-            id=new_event_id(),
-            key=key,
-            created_at=now,
-            metadata=dict(metadata or {}),
-        )
-
-
-def _check_metadata(metadata: Mapping[str, Any]) -> None:
-    """Raise :class:`InvalidEventError` (before anything is written) for a value JSON cannot carry."""
-    if not isinstance(metadata, Mapping):
-        raise InvalidEventError(f"metadata must be a dict, not {type(metadata).__name__}")
-    encode_checked(metadata, "metadata")
+        """A new session's header event (see :func:`new_header`)."""
+        return new_header(key, metadata)
