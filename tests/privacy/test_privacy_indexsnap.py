@@ -156,3 +156,27 @@ def test_a_settled_sealed_writer_reads_erased_and_redacted_back_as_withheld(
     assert s.state.messages[-1].message["content"] == "after"
     assert _dicts(_reopen(tmp_path), "k", snapshot=False)[-1] == s.state.messages[-1].message
     s.close()
+
+
+def test_two_stores_settling_one_sealed_session_in_turn(tmp_path: Path) -> None:
+    a = encrypted_store(tmp_path)
+    b = _reopen(tmp_path)
+    for store in (a, b):
+        store.settle_every = 8
+    wa, wb = a.session("k"), b.session("k")
+    texts = []
+    for i in range(90):
+        writer = wa if (i // 7) % 2 == 0 else wb  # each catches up on the other's lines
+        text = f"{SECRETS['message']} {i}"
+        writer.append_message("user" if i % 2 == 0 else "assistant", text)
+        texts.append(text)
+    seen_a = [m.message["content"] for m in wa.state.messages]  # wrote last: holds all
+    seen_b = [m.message["content"] for m in wb.state.messages]  # holds what it caught up on
+    assert seen_a == texts and seen_b == texts[: len(seen_b)] and len(seen_b) >= 84
+    assert wa.state.messages.source is not None and wb.state.messages.source is not None
+    wa.close()
+    wb.close()
+    again = _reopen(tmp_path)
+    assert [m["content"] for m in _dicts(again, "k", snapshot=True)] == texts  # type: ignore[index]
+    assert _dicts(again, "k", snapshot=True) == _dicts(again, "k", snapshot=False)
+    assert files_containing(tmp_path / "s", list(SECRETS.values())) == {}
