@@ -42,7 +42,7 @@ from typing import Final, Literal, TypeVar
 
 import msgspec
 
-from sessionledger.eventlog import BaseStore, InvalidEventError
+from sessionledger.eventlog import BaseStore, InvalidEventError, StorageError
 from sessionledger.eventlog.backend import LogStat, catalog_source, split_key
 
 from ._catalog_convs import DamagedCatalog, Listing, build, conversations_of
@@ -162,7 +162,7 @@ def catalog_rows(store: BaseStore) -> list[SessionInfo]:
 
 def rebuild_catalog(store: BaseStore) -> int:
     """Rebuild the catalog from the logs alone (what ``replay.recover`` runs); return its rows."""
-    return len(_refresh(store, rebuild=True).rows)
+    return len(_refresh(store, rebuild=True, strict=True).rows)
 
 
 def catalog_heads(store: BaseStore) -> dict[str, tuple[int, str]]:
@@ -265,16 +265,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _refresh(store: BaseStore, *, rebuild: bool, rows: bool = True) -> Catalog:
+def _refresh(
+    store: BaseStore, *, rebuild: bool, rows: bool = True, strict: bool = False
+) -> Catalog:
     """The catalog brought up to date (``rows``: its rows decoded too); one whose stored
-    sections do not decode is rebuilt from the logs."""
+    sections do not decode is rebuilt from the logs. ``strict``: a failure to store it raises
+    (see :func:`_save`)."""
     try:
-        return _refresh_once(store, rebuild=rebuild, rows=rows)
+        return _refresh_once(store, rebuild=rebuild, rows=rows, strict=strict)
     except DamagedCatalog:
-        return _refresh_once(store, rebuild=True, rows=rows)
+        return _refresh_once(store, rebuild=True, rows=rows, strict=strict)
 
 
-def _refresh_once(store: BaseStore, *, rebuild: bool, rows: bool) -> Catalog:
+def _refresh_once(store: BaseStore, *, rebuild: bool, rows: bool, strict: bool) -> Catalog:
     cache = _cache_of(store)
     source = catalog_source(store)
     with cache.lock:
@@ -308,17 +311,21 @@ def _refresh_once(store: BaseStore, *, rebuild: bool, rows: bool) -> Catalog:
             cat.full_at = now
         cache.catalog = cat
         if old is None or cat.pending >= SAVE_AFTER or _file_behind(cat, full, now):
-            _save(store, cat)
+            _save(store, cat, strict=strict)
         if rows:
             cat.rows  # noqa: B018 (decoded here, where a damaged file is rebuilt)
         return cat
 
 
-def _save(store: BaseStore, cat: Catalog) -> None:
+def _save(store: BaseStore, cat: Catalog, *, strict: bool = False) -> None:
+    """Store the catalog. A full disk or a read-only store (``StorageError``) does not fail a
+    listing: the catalog is derived, the rows stand, and the next listing tries again; only a
+    rebuild asked for (``strict``) raises it."""
     try:
         catalog_source(store).put_catalog(encode_catalog(cat))
-    except OSError:
-        pass  # a read-only store: the catalog is derived, the listing stands
+    except (StorageError, OSError):
+        if strict:
+            raise
     else:
         cat.pending = 0
         cat.stored = (cat.table_id, cat.membership, cat.saved_at, cat.full_at)

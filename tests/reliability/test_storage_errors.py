@@ -74,6 +74,33 @@ def test_a_full_disk_while_writing_a_view_leaves_nothing(
     assert store.snapshot_path("k").exists()
 
 
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_listing_stands_when_the_catalog_cannot_be_stored(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """The catalog is derived: a full disk or a read-only store fails its write, not the
+    listing (sessions and conversations, whole and paged), and leaves the stored one as it was."""
+    store.new_session("k")
+    store.session("k").append_message("user", "again")
+    rows, convs = projections.list_sessions(store), projections.list_conversations(store)
+    stored = (store.root / ".catalog").read_bytes()
+    store.session("j").append_message("user", "new session: the catalog is written again")
+    monkeypatch.setattr(_safeio, "_write", failing(code))
+    for _ in range(2):
+        fresh = FileStore(store.root, durability="none")
+        got = projections.list_sessions(fresh)
+        assert [r.key for r in got] == ["j", "k"] and got[1] == rows[0]
+        assert projections.list_conversations(fresh)[1:] == convs
+        assert projections.list_conversations(FileStore(store.root), limit=1, offset=1) == convs[:1]
+    assert (store.root / ".catalog").read_bytes() == stored
+    assert list((store.root / _safeio.TEMP_DIR).iterdir()) == []
+    with pytest.raises(StorageError):
+        projections.rebuild_catalog(store)  # asked for: it says it could not
+    monkeypatch.undo()
+    assert [r.key for r in projections.list_sessions(FileStore(store.root))] == ["j", "k"]
+    assert (store.root / ".catalog").read_bytes() != stored
+
+
 def test_a_stat_error_on_an_index_file_names_it(tmp_path: Path) -> None:
     from sessionledger.eventlog._fileindex import FileIndexFiles
 
