@@ -28,7 +28,7 @@ from ._fold import SessionState
 from ._writer import SessionIO
 
 if TYPE_CHECKING:
-    from ._fileindex import FileIndexFiles
+    from ._fileindex import IndexFiles
     from ._indexsnap import IndexMeta
     from ._snapshot import Snapshot
     from ._store import BaseStore
@@ -231,7 +231,7 @@ class Backend(abc.ABC):
         """Store (or with None, remove) the snapshot of ``key``, atomically."""
         return None
 
-    def index_files(self, key: str) -> FileIndexFiles | None:
+    def index_files(self, key: str) -> IndexFiles | None:
         """Where ``key``'s message and id records live (None: format-2 snapshots only)."""
         return None
 

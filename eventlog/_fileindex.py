@@ -24,7 +24,7 @@ import os
 import stat
 import zlib
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 import msgspec
 
@@ -156,6 +156,33 @@ def _start_of(data: bytes) -> tuple[int, int] | None:
     if header.segment < 2:
         return (1, 0)
     return header.segment, header.offset
+
+
+class IndexFiles(Protocol):
+    """Where an index snapshot's two record files and its log are read and written (files
+    beside the log here; rows for the PostgreSQL store, see ``_pg_index``)."""
+
+    @property
+    def where(self) -> str:
+        """Where the log lives (for messages)."""
+
+    def path(self, name: IndexName) -> str:
+        """Where a record file lives (for messages)."""
+
+    def read_log(self, offset: int, length: int) -> bytes:
+        """``length`` bytes of the log at ``offset`` (fewer when it is shorter)."""
+
+    def read(self, name: IndexName, offset: int, length: int) -> bytes:
+        """Bytes of a record file (fewer, or none, when it is shorter or missing)."""
+
+    def size(self, name: IndexName) -> int:
+        """A record file's length (0 when missing)."""
+
+    def write(self, name: IndexName, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` of a record file (as ``pwrite`` does)."""
+
+    def remove(self) -> None:
+        """Remove both record files."""
 
 
 @dataclass(frozen=True, slots=True)

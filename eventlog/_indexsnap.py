@@ -36,7 +36,7 @@ import msgspec
 from ._codec import SUFFIX_LEN, chain_hash, decode_log
 from ._errors import CorruptLogError
 from ._events import Event, Header, MessageAppended
-from ._fileindex import FileIndexFiles, IndexName
+from ._fileindex import IndexFiles, IndexName
 from ._fold import SessionState
 from ._idindex import ID_RECORD, IdIndex, id_digest
 from ._msgindex import RECORD, MessageList, pack_record
@@ -117,7 +117,7 @@ class IndexDamaged(SnapshotError):
     """A record file disagrees with the snapshot's digests (damaged, or rewritten meanwhile)."""
 
 
-def log_events(files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> list[Event]:
+def log_events(files: IndexFiles, meta: IndexMeta, hash_key: bytes) -> list[Event]:
     """Every event up to ``meta``'s line, decoded and checked from the log itself (the way
     back when a record file is damaged)."""
     decoded = decode_log(files.read_log(0, meta.offset), key=hash_key)
@@ -133,7 +133,7 @@ class _Chunks:
     """Reads one record file chunk by chunk, each checked against the snapshot's digests."""
 
     def __init__(
-        self, files: FileIndexFiles, name: IndexName, size: int, count: int, digests: bytes
+        self, files: IndexFiles, name: IndexName, size: int, count: int, digests: bytes
     ) -> None:
         self.files, self.name, self.size, self.count = files, name, size, count
         self.digests = digests
@@ -172,7 +172,7 @@ class _Chunks:
 class FileMessages:
     """The message records of a snapshot, and the log they point into (an IndexSource)."""
 
-    def __init__(self, files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> None:
+    def __init__(self, files: IndexFiles, meta: IndexMeta, hash_key: bytes) -> None:
         self.where = files.where
         self.hash_key = hash_key
         self._files = files
@@ -209,7 +209,7 @@ _SCANS: Final = 16
 class FileColdIds:
     """The ids of events 1..``count``, from the id file (read whole on first use)."""
 
-    def __init__(self, files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> None:
+    def __init__(self, files: IndexFiles, meta: IndexMeta, hash_key: bytes) -> None:
         self.count = meta.seq
         self._files = files
         self._key = hash_key
@@ -329,7 +329,7 @@ class _IdOnly(msgspec.Struct):
 _id_decoder = msgspec.json.Decoder(_IdOnly)
 
 
-def open_state(files: FileIndexFiles, meta: IndexMeta, hash_key: bytes) -> SessionState | None:
+def open_state(files: IndexFiles, meta: IndexMeta, hash_key: bytes) -> SessionState | None:
     """The state ``meta`` stands for, reading from ``files``; None if the files are too short."""
     if files.size("index") < meta.records * RECORD.size or files.size("ids") < meta.seq * 16:
         return None
@@ -356,7 +356,7 @@ def line_spans(data: bytes, start: int, count: int, base: int) -> list[tuple[int
 
 
 def write_index(
-    files: FileIndexFiles,
+    files: IndexFiles,
     *,
     header: Header,
     state: SessionState,
@@ -425,7 +425,7 @@ class _NewRecords:
 
 
 def _finish(
-    files: FileIndexFiles,
+    files: IndexFiles,
     header: Header,
     state: SessionState,
     anchor: Anchor,
@@ -471,7 +471,7 @@ _HEADER_LINE: Final = SEGMENT_HEADER_START[1:]
 _decode_message = msgspec.json.Decoder(MessageAppended).decode
 
 
-def _ordinals(files: FileIndexFiles, meta: IndexMeta, since: int, key: bytes) -> dict[int, int]:
+def _ordinals(files: IndexFiles, meta: IndexMeta, since: int, key: bytes) -> dict[int, int]:
     """seq -> ordinal of the message records ``since`` to ``meta.records`` (digest-checked)."""
     chunks = _Chunks(files, "index", RECORD.size, meta.records, meta.record_digests)
     chunks.key = key
@@ -480,7 +480,7 @@ def _ordinals(files: FileIndexFiles, meta: IndexMeta, since: int, key: bytes) ->
 
 
 def extend_from_state(
-    files: FileIndexFiles,
+    files: IndexFiles,
     meta: IndexMeta | None,
     state: SessionState,
     tail: bytes,
@@ -604,7 +604,7 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _extend(
-    files: FileIndexFiles,
+    files: IndexFiles,
     name: IndexName,
     size: int,
     count: int,

@@ -237,7 +237,9 @@ class MessageList(Sequence[MessageAppended]):
                     return
                 yield self._load(ordinal)
                 done += 1
-        yield from self._tail
+        # (``done - _size``: 0 when nothing was recovered; past what was given when the very
+        # last indexed message recovered the list.)
+        yield from self._tail[done - self._size :]
 
     def __reversed__(self) -> Iterator[MessageAppended]:
         tail = self._tail

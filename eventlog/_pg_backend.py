@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, cast
 
 from ._backend import Backend, KeyScan, LogStat, TrashBin, TrashEntry
 from ._errors import InvalidEventError, SessionNotFoundError
-from ._indexsnap import IndexMeta
+from ._indexsnap import INDEX_MAGIC, IndexMeta, is_index_snapshot
 from ._pg_common import run, tail_bytes
+from ._pg_index import PgIndexFiles
 from ._pg_io import _PgIO
 from ._snapshot import Snapshot, snapshot_seq
 
@@ -115,9 +116,17 @@ class PgBackend(Backend):
         store = self._store
         with store._reading("write snapshot") as conn:
             if data is None:
-                conn.execute(store._sql.drop_snapshot, (key.encode(),))
+                conn.execute(store._sql.drop_snapshot, {"k": key.encode()})
+            elif is_index_snapshot(data):  # its records were written first
+                seq = snapshot_seq(data, INDEX_MAGIC)
+                conn.execute(store._sql.put_snapshot, (data, seq, key.encode()))
             else:
-                conn.execute(store._sql.put_snapshot, (data, snapshot_seq(data), key.encode()))
+                args = {"k": key.encode(), "d": data, "seq": snapshot_seq(data)}
+                conn.execute(store._sql.put_snapshot_only, args)
+
+    def index_files(self, key: str) -> PgIndexFiles:
+        """The session's record files, rows of ``snapshot_records`` (read when first used)."""
+        return PgIndexFiles(self._store, key)
 
     def catalog_source(self) -> _PgCatalog:
         """The session rows as the generic catalog reads them."""

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
@@ -213,16 +213,27 @@ class CatalogValues:
         )
 
 
-def catalog_values(state: SessionState) -> CatalogValues:
+#: Event tags that leave the live messages' leading part alone: after them a settled preview
+#: is still the session's (messages only append; the rest touch no message).
+KEEPS_PREVIEW: Final = frozenset({"message", "metadata", "consolidated", "lifecycle", "usage"})
+
+
+def catalog_values(state: SessionState, *, preview: bytes | None = None) -> CatalogValues:
     """The catalog columns of ``state``.
 
-    ``preview`` keeps the preview's candidates (``preview_candidates``): the read side runs the
+    ``preview``: the stored candidates when they are known to be the state's (settled, and
+    nothing since could change them), so the messages are not read for them.
+
+    The preview column keeps the candidates (``preview_candidates``): the read side runs the
     same preview rule over them. They are ``settled`` once the rule stopped before the last
     message (a user message with display text, or the most candidates kept): messages appended
     after that cannot change them.
     """
     # An encrypted session: the catalog columns keep no title, metadata, preview or summary.
-    candidates = [] if state.sealed else preview_candidates(state.messages)
+    if preview is not None:
+        candidates: list[dict[str, Any]] = []
+    else:
+        candidates = [] if state.sealed else preview_candidates(state.messages)
     title = None if state.sealed else state.metadata.get("title")
     summary = state.compaction.summary if state.compaction is not None else None
     if state.sealed:
@@ -240,7 +251,7 @@ def catalog_values(state: SessionState) -> CatalogValues:
         end_reason=state.end_reason,
         title=text(title) if isinstance(title, str) else None,
         metadata=_json.encode({} if state.sealed else state.metadata),
-        preview=_json.encode(candidates),
+        preview=_json.encode(candidates) if preview is None else preview,
         summary=text(summary),
         conversations=Conversations(
             start=state.conversation_start,
@@ -249,10 +260,37 @@ def catalog_values(state: SessionState) -> CatalogValues:
             if state.sealed
             else state.ended,
         ),
-        settled=state.sealed
-        or len(candidates) >= PREVIEW_MESSAGES
-        or preview_with_role(candidates)[1] == USER_PREVIEW,
+        settled=state.sealed or preview is not None or _settled(candidates),
     )
+
+
+class Loaded(NamedTuple):
+    """A session as opening read it: its state, its log's length, and the catalog's stored
+    preview column when that is of the same state (None: not known)."""
+
+    state: SessionState
+    size: int
+    preview: bytes | None
+
+
+def _settled(candidates: list[dict[str, Any]]) -> bool:
+    return len(candidates) >= PREVIEW_MESSAGES or preview_with_role(candidates)[1] == USER_PREVIEW
+
+
+def stored_preview_settled(preview: bytes, state: SessionState) -> bool:
+    """Whether the catalog's stored ``preview`` column (the candidates at ``state``'s seq)
+    is settled: messages appended after ``state`` cannot change it (see
+    :func:`catalog_values`). False when it does not decode as candidates."""
+    if state.sealed:
+        return True
+    try:
+        candidates = _candidates.decode(preview)
+    except msgspec.DecodeError:
+        return False
+    return _settled(candidates)
+
+
+_candidates = msgspec.json.Decoder(list[dict[str, Any]])
 
 
 def hot_values(state: SessionState) -> tuple[Any, ...]:
@@ -389,7 +427,18 @@ class Statements:
             "WHERE key = %s ON CONFLICT (key) DO UPDATE SET data = excluded.data, "
             "seq = excluded.seq, written_at = now()"
         )
-        self.drop_snapshot = q("DELETE FROM {s}.snapshots WHERE key = %s")
+        # Record rows exist only beside an index snapshot (opening reads them unasked): a
+        # snapshot dropped or of the other format takes them along.
+        self.drop_snapshot = q(
+            "WITH r AS (DELETE FROM {s}.snapshot_records WHERE key = %(k)s) "
+            "DELETE FROM {s}.snapshots WHERE key = %(k)s"
+        )
+        self.put_snapshot_only = q(
+            "WITH r AS (DELETE FROM {s}.snapshot_records WHERE key = %(k)s) "
+            "INSERT INTO {s}.snapshots (key, data, seq) SELECT key, %(d)s, %(seq)s "
+            "FROM {s}.sessions WHERE key = %(k)s ON CONFLICT (key) DO UPDATE SET "
+            "data = excluded.data, seq = excluded.seq, written_at = now()"
+        )
         self.catalog = q("SELECT data FROM {s}.catalog_blob WHERE id = 1")
         self.put_catalog = q(
             "INSERT INTO {s}.catalog_blob (id, data) VALUES (1, %s) "
@@ -430,14 +479,37 @@ class Statements:
             "FROM {s}.events e WHERE e.key = s.key AND e.seq > %s AND e.seq <= s.seq) "
             "FROM {s}.sessions s WHERE s.key = %s"
         )
-        # Opening: the snapshot (kind 0) and the lines from its seq on (kind 1), or every line
-        # when there is no snapshot with a seq, in one query.
+        # Opening, in one query: an index snapshot's message records (kind 0, migration 7),
+        # the snapshot (kind 1) and the lines from its seq on (kind 2), or every line when
+        # there is no snapshot with a seq, and the catalog's seq and preview (kind 3: a
+        # settled preview spares the next append reading message bodies). No message body
+        # before the snapshot is read.
         self.open = q(
-            "SELECT 0, seq, 0::bigint, data FROM {s}.snapshots "
+            "SELECT 0, 0::bigint, 0::bigint, data FROM {s}.snapshot_records "
+            "WHERE key = %(k)s AND name = 'index' UNION ALL SELECT 1, seq, 0::bigint, data FROM {s}.snapshots "
             "WHERE key = %(k)s AND seq IS NOT NULL "
-            "UNION ALL SELECT 1, e.seq, e.pos, e.line FROM {s}.events e WHERE e.key = %(k)s "
+            "UNION ALL SELECT 2, e.seq, e.pos, e.line FROM {s}.events e WHERE e.key = %(k)s "
             "AND e.seq >= coalesce((SELECT seq FROM {s}.snapshots WHERE key = %(k)s), 0) "
+            "UNION ALL SELECT 3, seq, 0::bigint, preview FROM {s}.sessions WHERE key = %(k)s "
             "ORDER BY 1, 2"
+        )
+        # An index snapshot's record files (migration 7), read whole and written like pwrite
+        # (zeros fill a gap; bytes after the written range stay).
+        self.records = q("SELECT name, data FROM {s}.snapshot_records WHERE key = %s")
+        self.put_records = q(
+            "INSERT INTO {s}.snapshot_records (key, name, data) "
+            "SELECT key, %(n)s, decode(repeat('00', %(o)s::int), 'hex') || %(d)s "
+            "FROM {s}.sessions WHERE key = %(k)s "
+            "ON CONFLICT (key, name) DO UPDATE SET data = overlay("
+            "snapshot_records.data || decode(repeat('00', "
+            "greatest(%(o)s::int - length(snapshot_records.data), 0)), 'hex') "
+            "PLACING %(d)s FROM %(o)s::int + 1)"
+        )
+        # Log bytes by offset (an index reading message lines): the rows between two seqs
+        # the records name (0 and the last seq when they name none) that start before the end.
+        self.log_range = q(
+            "SELECT pos, line FROM {s}.events WHERE key = %(k)s AND seq >= %(lo)s "
+            "AND seq < %(hi)s AND pos < %(e)s ORDER BY seq"
         )
         self.follow = q(
             "INSERT INTO {s}.followers (key, pid) VALUES (%s, pg_backend_pid()) "

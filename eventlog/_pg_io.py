@@ -33,12 +33,15 @@ from ._codec import LineDecoder
 from ._errors import SessionNotFoundError, StorageError
 from ._fold import SessionState, apply
 from ._pg_common import (
+    KEEPS_PREVIEW,
     CatalogValues,
+    Loaded,
     catalog_values,
     event_row,
     hot_values,
     notify_payload,
     run,
+    stored_preview_settled,
     translate,
 )
 
@@ -138,6 +141,8 @@ class _PgIO:
         # The catalog preview last written, and whether appended messages can still change it.
         self._preview: bytes | None = None
         self._settled = False
+        # A preview read with the state, not yet known to be settled (see catalog_read).
+        self._unchecked: bytes | None = None
         #: The state may hold events whose commit is unknown: rebuild it before the next use.
         self.stale = False
         # store.batch(): the open transaction's connection, owner thread, depth, staged lines.
@@ -191,6 +196,9 @@ class _PgIO:
         ``append_event``: only the columns a message changes, no catalog recomputed.
         """
         sql = self._store._sql
+        if self._unchecked is not None:  # the preview the open read: settled?
+            self._settled = stored_preview_settled(self._unchecked, state)
+            self._unchecked = None
         if len(pending) == 1 and self._settled and pending[0].tag == "message":
             p = pending[0]
             size = self._size + len(p.line)
@@ -208,7 +216,10 @@ class _PgIO:
                 notify_payload(self._key, state.seq),
             )
             return self._answer(self.execute(conn, sql.append_event, args), size, None)
-        values = catalog_values(state)
+        # A settled preview that no pending event can change is the one written before: it
+        # is not computed again (a state opened from an index snapshot would read bodies).
+        keep = self._settled and all(p.tag in KEEPS_PREVIEW for p in pending)
+        values = catalog_values(state, preview=self._preview if keep else None)
         full = values.preview != self._preview or any(p.tag != "message" for p in pending)
         positions: list[int] = []
         size = self._size
@@ -258,6 +269,7 @@ class _PgIO:
             if values is not None:
                 self._preview = values.preview
                 self._settled = values.settled
+                self._unchecked = None
             return Outcome(0)
         if status == 2:
             return Outcome(2)
@@ -294,7 +306,9 @@ class _PgIO:
                 for event in self._store._privacy.unseal_events(self._key, state, events):
                     apply(state, event)
                 self._size = moved.size
-                self._settled = False  # others' events may have changed the messages
+                if any(_tag(event) not in KEEPS_PREVIEW for event in events):
+                    # Others' events may have changed the messages.
+                    self._settled, self._unchecked = False, None
                 return
         self.reload(conn, state)  # cut, replaced or otherwise not a continuation: start over
 
@@ -303,12 +317,18 @@ class _PgIO:
         loaded = self._store._load_on(conn, self._key, writing=True)
         if loaded is None:
             raise SessionNotFoundError(self._key)
-        fresh, self._size = loaded
+        self._size = loaded.size
         for name in SessionState.__struct_fields__:
-            setattr(state, name, getattr(fresh, name))
-        self._preview = None
-        self._settled = False
+            setattr(state, name, getattr(loaded.state, name))
+        self.catalog_read(loaded)
         self.stale = False
+
+    def catalog_read(self, loaded: Loaded) -> None:
+        """Start from the catalog preview the open read with the state (None: unknown). A
+        settled one lets the next message take the lean append, with no catalog computed
+        (which, for a state opened from an index snapshot, would read message bodies)."""
+        self._preview = self._unchecked = loaded.preview  # checked on the first send
+        self._settled = False
 
     def refresh(self, conn: psycopg.Connection[tuple[Any, ...]], state: SessionState) -> None:
         """Fold in what other writers committed (one query, no lock)."""
@@ -424,3 +444,8 @@ def is_disconnect(exc: BaseException, conn: psycopg.Connection[tuple[Any, ...]])
 def oneline(exc: BaseException) -> str:
     """An exception's message on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _tag(event: object) -> object:
+    """An event's type tag (None for a type without one)."""
+    return getattr(getattr(type(event), "__struct_config__", None), "tag", None)

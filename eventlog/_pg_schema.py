@@ -237,6 +237,23 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
         "append_event: the common append (one message) without arrays or unchanged columns",
         (APPEND_EVENT_FUNCTION,),
     ),
+    (
+        7,
+        "snapshot_records: an index snapshot's message and id records (opening reads no bodies)",
+        (
+            # One row per record file ('index': 64 bytes per message event, 'ids': 16 per
+            # event; see eventlog/_indexsnap.py), written before the snapshot that covers them,
+            # as the file store writes its .index and .ids files. Derived: losing them costs
+            # a slower open, never an event.
+            """CREATE TABLE IF NOT EXISTS {s}.snapshot_records (
+                key bytea NOT NULL REFERENCES {s}.sessions (key) ON DELETE CASCADE,
+                name text NOT NULL,
+                data bytea NOT NULL,
+                PRIMARY KEY (key, name)
+            )""",
+            "ALTER TABLE {s}.snapshot_records ALTER COLUMN data SET STORAGE EXTERNAL",
+        ),
+    ),
 )
 
 #: The newest schema version this code knows.

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ._codec import ZERO_HASH, encode_line
+from ._codec import ZERO_HASH, Decoded, encode_line
 from ._errors import (
     CorruptLogError,
     InvalidEventError,
@@ -40,11 +41,13 @@ from ._errors import (
 )
 from ._events import FORMAT_VERSION, Header
 from ._fold import SessionState, fold, initial_state
+from ._indexsnap import IndexMeta, decode_meta, is_index_snapshot
 from ._keystore import KeyProvider, KeyStore
 from ._names import check_key
 from ._pg_backend import PgBackend
 from ._pg_common import (
     CatalogRecord,
+    Loaded,
     PgTarget,
     catalog_query,
     catalog_record,
@@ -57,14 +60,16 @@ from ._pg_common import (
     text,
     translate,
 )
+from ._pg_index import PgIndexFiles, open_indexed
 from ._pg_io import _PgIO, idle_ok
 from ._pg_notify import NotifyWaker
 from ._pg_schema import is_current, migrate
 from ._pg_writer import PgSessionWriter
-from ._snapshot import SnapshotError, check_anchor, decode_snapshot, resume
+from ._snapshot import Anchored, SnapshotError, check_anchor, decode_snapshot, resume
 from ._store import BaseStore
 from ._store_types import CutReport, OpenReport, RawSession
 from ._tokens import TokenCounter
+from ._views import withheld
 from ._writer import Durability, SessionWriter
 
 if TYPE_CHECKING:
@@ -155,6 +160,8 @@ class PostgresStore(BaseStore):
         # it gets a pool of its own on first use, and leaves the parent's untouched.
         self._pid = os.getpid()
         self._parents_pools: list[Any] = []
+        #: The connections each thread holds, newest last (see :meth:`_held_connection`).
+        self._held = threading.local()
 
     def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """Set up a new connection (``durability="none"``: commits without waiting on the WAL
@@ -197,7 +204,22 @@ class PostgresStore(BaseStore):
 
     # -- connections -------------------------------------------------------------------------
 
+    def _held_connection(self) -> psycopg.Connection[tuple[Any, ...]] | None:
+        """The connection this thread holds, if any: a lazy read made while holding one (a
+        preview computed in an append reads message bodies) runs on it rather than waiting
+        on the pool for a second."""
+        held: list[psycopg.Connection[tuple[Any, ...]]] | None = getattr(self._held, "conns", None)
+        return held[-1] if held else None
+
     def _getconn(self) -> psycopg.Connection[tuple[Any, ...]]:
+        conn = self._lend()
+        held = getattr(self._held, "conns", None)
+        if held is None:
+            held = self._held.conns = []
+        held.append(conn)
+        return conn
+
+    def _lend(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self._closed:
             raise StoreClosedError("the store is closed")
         if self._pid != os.getpid():
@@ -234,6 +256,12 @@ class PostgresStore(BaseStore):
             raise translate(exc, self._where, "connect") from exc
 
     def _putconn(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        held = getattr(self._held, "conns", None)
+        if held:
+            for i in range(len(held) - 1, -1, -1):
+                if held[i] is conn:
+                    del held[i]
+                    break
         if conn is self._own:
             if not self._closed and not conn.closed and not conn.broken and _idle_status(conn):
                 self._idle_own.append(conn)
@@ -272,9 +300,10 @@ class PostgresStore(BaseStore):
 
     def _load_on(
         self, conn: psycopg.Connection[tuple[Any, ...]], key: str, *, writing: bool = False
-    ) -> tuple[SessionState, int] | None:
+    ) -> Loaded | None:
         """Fold ``key`` from its snapshot and the lines from its seq on, fetched in one query
-        (from every line when there is no usable snapshot); return it and the log's length.
+        (from every line when there is no usable snapshot); return it, the log's length and
+        the catalog's stored preview when it is of that same state.
 
         ``writing``: the caller is about to append, so a log in a newer format than this library
         writes raises :class:`NewerFormatError` (it can be read, never appended to)."""
@@ -282,42 +311,84 @@ class PostgresStore(BaseStore):
         rows = run(conn, self._sql.open, {"k": kb}, binary=True).fetchall()
         if not rows:
             return None
-        if rows[0][0] == 0:
+        records = bytes(rows[0][3]) if rows[0][0] == 0 else None
+        if records is not None:
+            rows = rows[1:]
+        catalog = rows.pop() if rows and rows[-1][0] == 3 else None
+        if not rows:
+            return None
+        state: SessionState | None = None
+        data = b""
+        if rows[0][0] == 1:
             lines = rows[1:]
             if lines:
                 start, size = int(lines[0][2]), int(lines[-1][2]) + len(lines[-1][3])
                 tail = b"".join(r[3] for r in lines)
-                try:
-                    snap = decode_snapshot(rows[0][3], key, self._hash_key)
-                except SnapshotError:
-                    snap = None
-                if (
-                    snap is not None
-                    and snap.line_start == start
-                    and check_anchor(snap, tail, self._hash_key) is None
-                ):
-                    decoded = resume(snap, tail, self._hash_key)
+                opened = self._from_snapshot(key, bytes(rows[0][3]), records, start, tail)
+                if opened is not None:
+                    snap, restored, decoded = opened
                     problem = decoded.bad or decoded.torn
                     if problem is not None:
                         raise CorruptLogError(self._describe(key), problem.line, problem.reason)
-                    if self._privacy.unseal_restored(key, snap, decoded):
-                        if writing:
-                            self._check_writable(key, snap.header)
-                        self._views.seqs[key] = snap.seq
-                        return fold(snap.header, decoded.events, snap.state), size
-            data = self._read_on(conn, kb)  # a stale or damaged snapshot: read every line
-            if data is None:
-                return None
+                    if writing:
+                        self._check_writable(key, snap.header)
+                    self._views.seqs[key] = snap.seq
+                    state = fold(snap.header, decoded.events, restored)
+            if state is None:
+                every = self._read_on(conn, kb)  # a stale or damaged snapshot: every line
+                if every is None:
+                    return None
+                # Another statement's view: the catalog row may be older than the lines.
+                data, catalog = every, None
         else:
             data = b"".join(r[3] for r in rows)
-        decoded = self._decode(key, data)
-        problem = decoded.bad or decoded.torn
-        if problem is not None:
-            raise CorruptLogError(self._describe(key), problem.line, problem.reason)
-        assert decoded.header is not None
-        if writing:
-            self._check_writable(key, decoded.header)
-        return fold(decoded.header, decoded.events), len(data)
+        if state is None:
+            decoded = self._decode(key, data)
+            problem = decoded.bad or decoded.torn
+            if problem is not None:
+                raise CorruptLogError(self._describe(key), problem.line, problem.reason)
+            assert decoded.header is not None
+            if writing:
+                self._check_writable(key, decoded.header)
+            state, size = fold(decoded.header, decoded.events), len(data)
+        preview = None
+        if catalog is not None and int(catalog[1]) == state.seq and catalog[3] is not None:
+            preview = bytes(catalog[3])
+        return Loaded(state, size, preview)
+
+    def _from_snapshot(
+        self, key: str, blob: bytes, records: bytes | None, start: int, tail: bytes
+    ) -> tuple[Anchored, SessionState, Decoded] | None:
+        """The snapshot ``blob`` (an index snapshot reads its messages through ``records``),
+        its state and the decoded ``tail`` (the log from byte ``start``); None when it is
+        damaged, stale or cannot be opened (the caller reads every line)."""
+        snap: Anchored
+        try:
+            if is_index_snapshot(blob):
+                meta = decode_meta(blob, key, self._hash_key)
+                if (
+                    records is None
+                    or withheld(meta.state)
+                    or not self._privacy.open_sealed(key, meta)
+                ):
+                    return None
+                snap = meta
+            else:
+                snap = decode_snapshot(blob, key, self._hash_key)
+        except SnapshotError:
+            return None
+        if snap.line_start != start or check_anchor(snap, tail, self._hash_key) is not None:
+            return None
+        if isinstance(snap, IndexMeta):
+            state = open_indexed(PgIndexFiles(self, key, records), snap, self._hash_key)
+            if state is None:
+                return None
+        else:
+            state = snap.state
+        decoded = resume(snap, tail, self._hash_key)
+        if not self._privacy.unseal_restored(key, snap, decoded):
+            return None
+        return snap, snap.state, decoded
 
     def _check_writable(self, key: str, header: Header) -> None:
         if header.version > FORMAT_VERSION:
@@ -327,7 +398,7 @@ class PostgresStore(BaseStore):
         self, conn: psycopg.Connection[tuple[Any, ...]], key: str
     ) -> SessionState | None:
         loaded = self._load_on(conn, key)
-        return None if loaded is None else loaded[0]
+        return None if loaded is None else loaded.state
 
     def _read_on(self, conn: psycopg.Connection[tuple[Any, ...]], kb: bytes) -> bytes | None:
         rows = conn.execute(self._sql.lines, (kb,), binary=True).fetchall()
@@ -399,19 +470,21 @@ class PostgresStore(BaseStore):
     def _prepare(
         self, key: str, raw: RawSession, metadata: Mapping[str, Any] | None
     ) -> tuple[SessionState, OpenReport]:
-        state, size, created = self._open_state(key, create=True, metadata=metadata)
+        loaded, created = self._open_state(key, create=True, metadata=metadata)
         assert isinstance(raw.io, _PgIO)
-        raw.io._size = size
-        return state, OpenReport(key, created=created)
+        raw.io._size = loaded.size
+        raw.io.catalog_read(loaded)
+        return loaded.state, OpenReport(key, created=created)
 
     def _open_state(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
-    ) -> tuple[SessionState, int, bool]:
-        """Load ``key`` (one query), creating it if absent and ``create``: state, size, created."""
+    ) -> tuple[Loaded, bool]:
+        """Load ``key`` (one query), creating it if absent and ``create``: what was loaded,
+        and whether it was created."""
         with self._reading("open") as conn:
             loaded = self._load_on(conn, key, writing=True)
             if loaded is not None:
-                return loaded[0], loaded[1], False
+                return loaded, False
             if not create:
                 raise SessionNotFoundError(key)
             header = self._new_header(key, metadata)
@@ -419,11 +492,11 @@ class PostgresStore(BaseStore):
             line, h = encode_line(sealed, ZERO_HASH, self._hash_key)
             state = initial_state(msgspec.structs.replace(header, h=h, sealing=sealed.sealing))
             if self._create(conn, key, state, line):
-                return state, len(line), True
+                return Loaded(state, len(line), None), True
             loaded = self._load_on(conn, key, writing=True)  # another process created it first
             if loaded is None:  # pragma: no cover - created and deleted in between
                 raise SessionNotFoundError(key)
-            return loaded[0], loaded[1], False
+            return loaded, False
 
     def _session(
         self, key: str, *, create: bool, metadata: Mapping[str, Any] | None
@@ -433,12 +506,14 @@ class PostgresStore(BaseStore):
                 raise StoreClosedError("the store is closed")
             writer = self._pg_writers.get(key)
             if writer is None or writer.closed or self._writers.get(key) is not writer.log:
-                state, size, created = self._open_state(key, create=create, metadata=metadata)
+                loaded, created = self._open_state(key, create=create, metadata=metadata)
+                io = _PgIO(self, key, loaded.size)
+                io.catalog_read(loaded)
                 writer = PgSessionWriter(
                     store=self,
                     key=key,
-                    io=_PgIO(self, key, size),
-                    state=state,
+                    io=io,
+                    state=loaded.state,
                     durability=self.durability,
                     hash_key=self._hash_key,
                     token_counter=self.token_counter,
@@ -535,7 +610,7 @@ class PostgresStore(BaseStore):
             decoded = self._decode(key, data[:offset])
             assert decoded.header is not None
             state = fold(decoded.header, decoded.events)
-            conn.execute(self._sql.drop_snapshot, (kb,))
+            conn.execute(self._sql.drop_snapshot, {"k": kb})
             self._write_lines(conn, key, [], offset, state)
         return CutReport(key, offset, len(data) - offset, line, f"quarantine table, {key!r}")
 

@@ -199,11 +199,11 @@ class _Anchor(msgspec.Struct):
 _anchor = msgspec.msgpack.Decoder(_Anchor)
 
 
-def _peek(data: bytes) -> _Anchor | None:
-    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + DIGEST_SIZE:
+def _peek(data: bytes, magic: bytes = _MAGIC) -> _Anchor | None:
+    if not data.startswith(magic) or len(data) < len(magic) + DIGEST_SIZE:
         return None
     try:
-        anchor = _anchor.decode(memoryview(data)[len(_MAGIC) : -DIGEST_SIZE])
+        anchor = _anchor.decode(memoryview(data)[len(magic) : -DIGEST_SIZE])
     except msgspec.DecodeError:
         return None
     return anchor if anchor.seq >= 0 else None
@@ -221,10 +221,10 @@ def peek_snapshot(data: bytes, session: str) -> tuple[int, str] | None:
     return anchor.seq, anchor.head
 
 
-def snapshot_seq(data: bytes) -> int | None:
+def snapshot_seq(data: bytes, magic: bytes = _MAGIC) -> int | None:
     """The seq a stored snapshot was taken at, read like :func:`peek_snapshot` (None if
-    unreadable)."""
-    anchor = _peek(data)
+    unreadable); ``magic``: its format's (an index snapshot's, say)."""
+    anchor = _peek(data, magic)
     return None if anchor is None else anchor.seq
 
 

@@ -33,7 +33,7 @@ from ._backend import Backend, LogStat
 from ._codec import Decoded
 from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
 from ._events import Header
-from ._fileindex import FileIndexFiles
+from ._fileindex import IndexFiles
 from ._fold import SessionState, fold
 from ._indexsnap import (
     FileColdIds,
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from ._writeapi import WriteAPI
     from ._writer import SessionWriter
 
-__all__ = ("LogStat", "SnapshotStatus", "SnapshotViews")
+__all__ = ("LogStat", "SnapshotStatus", "SnapshotViews", "withheld")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ class SnapshotViews:
         #: The seq of the snapshot each session last opened from or wrote (the close policy).
         self.seqs: dict[str, int] = {}
 
-    def _index_files(self, key: str) -> FileIndexFiles | None:
+    def _index_files(self, key: str) -> IndexFiles | None:
         return self._backend.index_files(key)
 
     def read_snapshot(self, key: str) -> Snapshot | IndexMeta | None:
@@ -112,7 +112,7 @@ class SnapshotViews:
             meta = decode_meta(blob, key, self._hash_key)
         except SnapshotError:
             return None
-        if _withheld(meta.state):
+        if withheld(meta.state):
             return None
         # A sealed session's index snapshot is opened here, where it is read: every IndexMeta
         # in memory holds plaintext values, and is sealed again only when encoded.
@@ -207,7 +207,7 @@ class SnapshotViews:
         return data, decoded, decoded.header, state
 
     def _write_index_snapshot(
-        self, key: str, files: FileIndexFiles, rebuild: bool
+        self, key: str, files: IndexFiles, rebuild: bool
     ) -> SnapshotStatus | None:
         """An index snapshot (None: the session is sealed, erased or redacted; those keep
         format-2 snapshots, whose messages carry what the fold withheld)."""
@@ -230,7 +230,7 @@ class SnapshotViews:
             meta = None
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
-        if _withheld(state):
+        if withheld(state):
             return None
         _at_anchor(state, anchor)
         try:
@@ -335,7 +335,7 @@ class SnapshotViews:
         I/O error) leaves the state as it was.
         """
         files = self._index_files(key)
-        if files is None or _withheld(state):
+        if files is None or withheld(state):
             return False
         try:
             # Not extended: another writer may have indexed up to this very state; use it then.
@@ -366,7 +366,7 @@ class SnapshotViews:
         log's header on."""
         files = self._index_files(key)
         source = state.messages.source
-        if files is None or _withheld(state):
+        if files is None or withheld(state):
             return False
         meta: IndexMeta | None = None
         since = 0
@@ -446,7 +446,7 @@ def _at_anchor(state: SessionState, anchor: Anchor) -> None:
         state.head = anchor.head
 
 
-def _withheld(state: SessionState) -> bool:
+def withheld(state: SessionState) -> bool:
     """Whether a session's state withholds content (erased, redacted): its snapshots keep
     the messages as the fold left them (format 2), not as offsets into the log lines, which
     still hold what the fold withheld. A sealed session with nothing withheld gets index

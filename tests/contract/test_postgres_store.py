@@ -461,7 +461,10 @@ def test_the_common_operations_take_one_round_trip(
     w = pg.session("rt:1")
     for n in range(8):  # psycopg prepares the statement on its 5th run: still one trip
         assert trips(lambda n=n: w.append_message("user", f"m{n}")) == 1
-    assert trips(lambda: w.append_message("user", "with id", id="x-1")) == 1
+    # Opened from an index snapshot, the ids it covers are read on the first id looked up
+    # (one query, once per opened state, as the file store reads its .ids file).
+    assert trips(lambda: w.append_message("user", "with id", id="x-1")) == 2
+    assert trips(lambda: w.append_message("user", "with id", id="x-2")) == 1
     assert trips(lambda: w.append_message("user", "with id", id="x-1")) == 0  # known retry
     assert trips(lambda: projections.list_sessions(pg)) == 1
     assert trips(lambda: pg.state("rt:1")) == 1
@@ -960,7 +963,7 @@ def test_a_version_5_database_is_migrated_and_appends_through_append_event(
     again = make_pg()
     with psycopg.connect(dsn) as conn:
         top = conn.execute(f'SELECT max(version) FROM "{pg.schema}".schema_version').fetchone()
-    assert top == (SCHEMA_VERSION,) and SCHEMA_VERSION == 6
+    assert top == (SCHEMA_VERSION,)
     w = again.session("telegram:42")
     seq = w.seq
     for n in range(3):  # the first writes the catalog in full, the rest take append_event
