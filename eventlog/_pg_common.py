@@ -100,8 +100,6 @@ _record_conversations = msgspec.json.Decoder(Conversations)
 
 def catalog_query(schema: str, filter: Any) -> tuple[bytes, list[Any]]:
     """The SQL and parameters of a catalog listing (``filter`` as ``CatalogFilter`` has it)."""
-    from psycopg import sql
-
     where: list[str] = []
     params: list[Any] = []
     if filter.prefix:
@@ -125,19 +123,37 @@ def catalog_query(schema: str, filter: Any) -> tuple[bytes, list[Any]]:
     order = _ORDERS.get(filter.order)
     if order is None:
         raise ValueError(f"unknown catalog order {filter.order!r}")
+    if filter.limit is not None:
+        params.append(int(filter.limit))
+    if filter.offset:
+        params.append(int(filter.offset))
+    # Rendered once per shape (composing costs more client time than the query's rows).
+    shape = (schema, tuple(where), order, filter.limit is not None, bool(filter.offset))
+    rendered = _LISTINGS.get(shape)
+    if rendered is None:
+        if len(_LISTINGS) > 256:
+            _LISTINGS.clear()
+        rendered = _LISTINGS[shape] = _render_listing(schema, where, order, shape[3], shape[4])
+    return rendered, params
+
+
+_LISTINGS: dict[tuple[Any, ...], bytes] = {}
+
+
+def _render_listing(schema: str, where: list[str], order: str, limit: bool, offset: bool) -> bytes:
+    from psycopg import sql
+
     query = (
         "SELECT key, title, metadata, preview, created_at, updated_at, messages, live_tokens, "
         "lifecycle, summary, seq, head, size, conversations FROM {s}.sessions"
         + (" WHERE " + " AND ".join(where) if where else "")
         + f" ORDER BY {order}"
     )
-    if filter.limit is not None:
+    if limit:
         query += " LIMIT %s"
-        params.append(int(filter.limit))
-    if filter.offset:
+    if offset:
         query += " OFFSET %s"
-        params.append(int(filter.offset))
-    return sql.SQL(query).format(s=sql.Identifier(schema)).as_bytes(None), params
+    return sql.SQL(query).format(s=sql.Identifier(schema)).as_bytes(None)
 
 
 def catalog_record(row: Sequence[Any]) -> CatalogRecord:

@@ -80,7 +80,10 @@ def preview_text(message: Mapping[str, Any]) -> str:
     text = content_text(message.get("content"))
     if not text:
         return ""
-    text = _WHITESPACE.sub(" ", sanitize_assistant_text(text)).strip()
+    if "[" in text or "(" in text:
+        text = _WHITESPACE.sub(" ", sanitize_assistant_text(text)).strip()
+    else:  # nothing to sanitise (every pattern needs a bracket): only fold whitespace
+        text = " ".join(text.split())
     if len(text) > PREVIEW_MAX_CHARS:
         text = text[: PREVIEW_MAX_CHARS - 1].rstrip() + ELLIPSIS
     return text

@@ -23,7 +23,7 @@ from ._catalog import CatalogFilter, catalog_conversations, catalog_listing
 from ._catalog_convs import Listing, build
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
-from ._pg_catalog import CatalogRecords, ended_of_record, infos_from_records
+from ._pg_catalog import ended_of_record, infos_from_records, keeps_catalog_table
 from ._sealed_rows import open_conversations
 
 ConversationOrder = Literal["updated", "started", "key"]
@@ -78,7 +78,7 @@ def list_conversations(
     )
     tests = _tests(key, state, current, updated_after, updated_before)
     end = None if limit is None else offset + limit
-    if isinstance(store, CatalogRecords):
+    if keeps_catalog_table(store):
         records = store.query_catalog_records(sessions)
         infos = infos_from_records(records, store)
         ended = {r.key: ended_of_record(r, store) for r in records}

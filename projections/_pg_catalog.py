@@ -9,7 +9,7 @@ summary), so a listing from PostgreSQL equals one from files.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from sessionledger.eventlog import EndedConversation, EventLogError
 from sessionledger.eventlog.preview import session_preview
@@ -25,6 +25,19 @@ class CatalogRecords(Protocol):
     def query_catalog_records(self, filter: Any) -> list[Any]:
         """The records ``filter`` selects, in its order, limit and offset applied."""
         ...
+
+
+_KEEPS_TABLE: dict[type, bool] = {}
+
+
+def keeps_catalog_table(store: object) -> TypeGuard[CatalogRecords]:
+    """Whether ``store`` is :class:`CatalogRecords` (a runtime protocol check walks the
+    protocol on every call, a fifth of a short listing: the answer is kept per type)."""
+    kind = type(store)
+    known = _KEEPS_TABLE.get(kind)
+    if known is None:
+        known = _KEEPS_TABLE[kind] = isinstance(store, CatalogRecords)
+    return known
 
 
 def info_from_record(record: Any, store: Any = None) -> SessionInfo:

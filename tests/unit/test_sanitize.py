@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessionledger.eventlog import MemoryStore
 from sessionledger.eventlog.preview import (
     ASSISTANT_PREVIEW,
+    ELLIPSIS,
     NO_PREVIEW,
     USER_PREVIEW,
     may_change,
@@ -155,3 +159,23 @@ def test_the_step_keeps_a_user_preview() -> None:
     assert preview_step({"role": "user", "content": "second"}, preview, role) == (preview, role)
     assert not may_change("user", USER_PREVIEW)
     assert may_change("user", ASSISTANT_PREVIEW) and not may_change("assistant", ASSISTANT_PREVIEW)
+
+
+_PIECES = [
+    *"ab [](\n\r\t\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u2028\u2029\u3000",
+    "message(",
+    "generate_image(",
+    "[image: /x]",
+    "[Message Time: t]\n",
+    ")",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=40).map("".join))
+def test_preview_text_equals_the_full_rule_with_or_without_brackets(text: str) -> None:
+    """The bracket-free fast path folds whitespace exactly as sanitising then folding does."""
+    full = re.sub(r"\s+", " ", sanitize_assistant_text(text)).strip()
+    if len(full) > PREVIEW_MAX_CHARS:
+        full = full[: PREVIEW_MAX_CHARS - 1].rstrip() + ELLIPSIS
+    assert preview_text({"role": "user", "content": text}) == full
