@@ -81,8 +81,27 @@ def ended_of_record(record: Any, store: Any = None) -> tuple[ConversationInfo, .
 
 
 def infos_from_records(records: Iterable[Any], store: Any = None) -> list[SessionInfo]:
-    """The catalog rows of several records, in their order (see :func:`info_from_record`)."""
-    return [info_from_record(r, store) for r in records]
+    """The catalog rows of several records, in their order (see :func:`info_from_record`).
+
+    A record listed before (the store hands out the same record object for the same key, seq
+    and head) gets the row built then: rows are frozen and a function of the record.
+    """
+    out: list[SessionInfo] = []
+    for record in records:
+        known = _INFOS.get(id(record))
+        if known is not None and known[0] is record:
+            out.append(known[1])
+            continue
+        info = info_from_record(record, store)
+        if len(_INFOS) >= 4096:
+            _INFOS.clear()
+        _INFOS[id(record)] = (record, info)
+        out.append(info)
+    return out
+
+
+#: Rows by the identity of their record (kept alive beside it, so an id is never reused).
+_INFOS: dict[int, tuple[Any, SessionInfo]] = {}
 
 
 def _conversations(store: Any, key: str) -> tuple[int, int | None, list[EndedConversation]]:

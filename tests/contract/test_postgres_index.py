@@ -257,3 +257,26 @@ def test_records_written_without_their_snapshot_leave_the_old_one_valid(
     opened = make_pg().session(KEY)
     assert "300 indexed" in repr(opened.state.messages) and opened.state == expected
     assert make_pg().snapshot_status(KEY).health == "valid"
+
+
+def test_a_listing_again_reuses_unchanged_rows_and_never_a_stale_one(
+    make_pg: StoreFactory,
+) -> None:
+    pg = make_pg()
+    for n in range(3):
+        pg.session(f"k:{n}").append_message("user", f"hello {n}")
+    first = projections.list_sessions(pg)
+    again = projections.list_sessions(pg)
+    assert again == first and all(a is b for a, b in zip(again, first, strict=True))
+    w = pg.session("k:1")
+    w.update_metadata(set={"title": "now titled", "tags": ["x"]})
+    other = make_pg()  # another store object (another process) sees the change too
+    for listing in (projections.list_sessions(pg), projections.list_sessions(other)):
+        row = next(r for r in listing if r.key == "k:1")
+        assert (row.title, row.tags, row.seq) == ("now titled", ("x",), w.seq)
+        assert [r for r in listing if r.key != "k:1"] == [r for r in first if r.key != "k:1"]
+    assert pg.delete("k:1")
+    w2 = pg.session("k:1")
+    w2.append_message("user", "hello 1")  # the same content again: a new session, new head
+    row = next(r for r in projections.list_sessions(pg) if r.key == "k:1")
+    assert (row.title, row.seq, row.head) == ("", 1, w2.state.head)
