@@ -162,6 +162,8 @@ class PostgresStore(BaseStore):
         self._parents_pools: list[Any] = []
         #: The connections each thread holds, newest last (see :meth:`_held_connection`).
         self._held = threading.local()
+        #: The thread each lent connection was lent to (by the connection's id).
+        self._lent: dict[int, int] = {}
 
     def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         """Set up a new connection (``durability="none"``: commits without waiting on the WAL
@@ -209,7 +211,13 @@ class PostgresStore(BaseStore):
         preview computed in an append reads message bodies) runs on it rather than waiting
         on the pool for a second."""
         held: list[psycopg.Connection[tuple[Any, ...]]] | None = getattr(self._held, "conns", None)
-        return held[-1] if held else None
+        me = threading.get_ident()
+        while held:
+            conn = held[-1]
+            if self._lent.get(id(conn)) == me:
+                return conn
+            held.pop()  # given back by another thread: no longer this one's to use
+        return None
 
     def _getconn(self) -> psycopg.Connection[tuple[Any, ...]]:
         conn = self._lend()
@@ -217,6 +225,7 @@ class PostgresStore(BaseStore):
         if held is None:
             held = self._held.conns = []
         held.append(conn)
+        self._lent[id(conn)] = threading.get_ident()
         return conn
 
     def _lend(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -256,6 +265,7 @@ class PostgresStore(BaseStore):
             raise translate(exc, self._where, "connect") from exc
 
     def _putconn(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self._lent.pop(id(conn), None)
         held = getattr(self._held, "conns", None)
         if held:
             for i in range(len(held) - 1, -1, -1):

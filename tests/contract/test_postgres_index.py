@@ -280,3 +280,22 @@ def test_a_listing_again_reuses_unchanged_rows_and_never_a_stale_one(
     w2.append_message("user", "hello 1")  # the same content again: a new session, new head
     row = next(r for r in projections.list_sessions(pg) if r.key == "k:1")
     assert (row.title, row.seq, row.head) == ("", 1, w2.state.head)
+
+
+def test_a_connection_given_back_by_another_thread_is_not_used_again(
+    make_pg: StoreFactory,
+) -> None:
+    import threading
+
+    pg = make_pg(pool_size=2)
+    assert isinstance(pg, PostgresStore)
+    conn = pg._getconn()
+    assert pg._held_connection() is conn
+    done = threading.Thread(target=pg._putconn, args=(conn,))
+    done.start()
+    done.join()
+    assert pg._held_connection() is None  # no longer this thread's
+    again = pg._getconn()
+    assert pg._held_connection() is again
+    pg._putconn(again)
+    assert pg._held_connection() is None
