@@ -517,15 +517,17 @@ class Statements:
         # Opening, in one query: an index snapshot's message records (kind 0, migration 7),
         # the snapshot (kind 1) and the lines from its seq on (kind 2), or every line when
         # there is no snapshot with a seq, and the catalog's seq and preview (kind 3: a
-        # settled preview spares the next append reading message bodies). No message body
-        # before the snapshot is read.
+        # settled preview spares the next append reading message bodies; none for a row
+        # written before the catalog kept conversations, which the next append completes).
+        # No message body before the snapshot is read.
         self.open = q(
             "SELECT 0, 0::bigint, 0::bigint, data FROM {s}.snapshot_records "
             "WHERE key = %(k)s AND name = 'index' UNION ALL SELECT 1, seq, 0::bigint, data FROM {s}.snapshots "
             "WHERE key = %(k)s AND seq IS NOT NULL "
             "UNION ALL SELECT 2, e.seq, e.pos, e.line FROM {s}.events e WHERE e.key = %(k)s "
             "AND e.seq >= coalesce((SELECT seq FROM {s}.snapshots WHERE key = %(k)s), 0) "
-            "UNION ALL SELECT 3, seq, 0::bigint, preview FROM {s}.sessions WHERE key = %(k)s "
+            "UNION ALL SELECT 3, seq, 0::bigint, CASE WHEN conversations IS NULL THEN NULL "
+            "ELSE preview END FROM {s}.sessions WHERE key = %(k)s "
             "ORDER BY 1, 2"
         )
         # An index snapshot's record files (migration 7), read whole and written like pwrite

@@ -299,3 +299,19 @@ def test_a_connection_given_back_by_another_thread_is_not_used_again(
     assert pg._held_connection() is again
     pg._putconn(again)
     assert pg._held_connection() is None
+
+
+def test_a_row_written_before_the_catalog_kept_conversations_is_completed(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """Such a row's preview is not trusted at open: the first append writes the catalog whole."""
+    pg = make_pg()
+    _long(pg, count=30)
+    table = f'"{pg.schema}".sessions'
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE {table} SET conversations = NULL")
+    w = make_pg().session(KEY)
+    w.append_message("user", "one more")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(f"SELECT conversations IS NOT NULL, seq FROM {table}").fetchone()
+    assert row == (True, w.seq)
