@@ -50,7 +50,7 @@ from ._catalog_file import Catalog, Entry, decode_catalog, decode_rows, encode_c
 from ._catalog_log import name_for, read_entry
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
-from ._pg_catalog import infos_from_records, keeps_catalog_table
+from ._pg_catalog import catalog_records, infos_from_records
 from ._sealed_rows import open_sessions
 
 _T = TypeVar("_T")
@@ -117,8 +117,9 @@ def list_sessions(
         limit=limit,
         offset=offset,
     )
-    if keeps_catalog_table(store):  # a catalog table (PostgreSQL): one indexed query
-        rows = infos_from_records(store.query_catalog_records(query), store)
+    records = catalog_records(store, query)  # a catalog table (PostgreSQL): one query
+    if records is not None:
+        rows = infos_from_records(records, store)
     else:
         rows = select(_refresh(store, rebuild=False).rows, query)
     return open_sessions(store, rows)

@@ -23,7 +23,7 @@ from ._catalog import CatalogFilter, catalog_conversations, catalog_listing
 from ._catalog_convs import Listing, build
 from ._catalog_row import SessionInfo
 from ._conversation_row import ConversationInfo
-from ._pg_catalog import ended_of_record, infos_from_records, keeps_catalog_table
+from ._pg_catalog import catalog_records, ended_of_record, infos_from_records
 from ._sealed_rows import open_conversations
 
 ConversationOrder = Literal["updated", "started", "key"]
@@ -78,8 +78,8 @@ def list_conversations(
     )
     tests = _tests(key, state, current, updated_after, updated_before)
     end = None if limit is None else offset + limit
-    if keeps_catalog_table(store):
-        records = store.query_catalog_records(sessions)
+    records = catalog_records(store, sessions)
+    if records is not None:
         infos = infos_from_records(records, store)
         ended = {r.key: ended_of_record(r, store) for r in records}
         return open_conversations(store, _page(_ordered(infos, ended, order), tests, offset, end))

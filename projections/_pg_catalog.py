@@ -9,7 +9,7 @@ summary), so a listing from PostgreSQL equals one from files.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, TypeGuard, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from sessionledger.eventlog import EndedConversation, EventLogError
 from sessionledger.eventlog.preview import session_preview
@@ -30,14 +30,15 @@ class CatalogRecords(Protocol):
 _KEEPS_TABLE: dict[type, bool] = {}
 
 
-def keeps_catalog_table(store: object) -> TypeGuard[CatalogRecords]:
-    """Whether ``store`` is :class:`CatalogRecords` (a runtime protocol check walks the
-    protocol on every call, a fifth of a short listing: the answer is kept per type)."""
+def catalog_records(store: object, query: Any) -> list[Any] | None:
+    """The records ``query`` selects when ``store`` keeps its catalog as a table
+    (:class:`CatalogRecords`), else None. The protocol check is kept per type: a runtime
+    protocol check walks the protocol on every call, a fifth of a short listing."""
     kind = type(store)
     known = _KEEPS_TABLE.get(kind)
     if known is None:
         known = _KEEPS_TABLE[kind] = isinstance(store, CatalogRecords)
-    return known
+    return cast(CatalogRecords, store).query_catalog_records(query) if known else None
 
 
 def info_from_record(record: Any, store: Any = None) -> SessionInfo:
