@@ -48,6 +48,7 @@ from ._fileio import (
 from ._filetrash import TrashLock, list_entries, move_to_trash, purge_entry, restore_entry
 from ._fileviews import list_log_names, read_from, read_view, remove_file, scan_logs, stat_log
 from ._indexsnap import IndexMeta
+from ._lease import LEASES, PROBE_PATIENCE
 from ._names import key_to_stem, stem_to_key
 from ._safeio import (
     append_private,
@@ -259,12 +260,20 @@ class FileBackend(Backend):
         except FileNotFoundError:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            # A lease (see ``_lease``) keeps a lock across a burst of appends: end ours, and
+            # give another process's the time it takes to lapse before calling the lock held.
+            LEASES.end_all()
+            deadline = time.monotonic() + PROBE_PATIENCE
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return False
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return True
+                    time.sleep(0.0002)
         finally:
             os.close(fd)
-        return False
 
     def quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
         """Append a JSON record of the cut bytes to ``key``'s quarantine file."""

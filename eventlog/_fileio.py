@@ -1,10 +1,13 @@
 """One session log file as a writer holds it: a pooled descriptor and a lock per write.
 
 Invariants:
-- The log's ``flock`` is held for one write (one :meth:`FileIO.transaction`), never between
-  writes. Inside it the writer folds in what others appended (``catch_up``), stages its event
-  against that state, writes and, with ``"always"``, syncs; then the lock is released. A crashed
-  holder keeps nothing: the kernel drops the lock with its descriptors.
+- The log's ``flock`` is held for one write (one :meth:`FileIO.transaction`), or across a burst
+  of this writer's own writes as a lease (see :mod:`eventlog._lease`: bounded in time, ended
+  for a waiter of this process, never across a wait for anyone else). Inside it the writer folds
+  in what others appended (``catch_up``), stages its event against that state, writes and, with
+  ``"always"``, syncs; then the lock is released. A transaction inside an unbroken lease skips
+  the ``flock`` and the ``fstat``: nobody else could change the log meanwhile. A crashed holder
+  keeps nothing: the kernel drops the lock with its descriptors.
 - An append is one ``write`` of whole lines; a failed or short write is cut back with
   ``ftruncate`` to the size the writer knew, so no partial line is left for a later append.
 - Descriptors are a bounded resource: a :class:`FdPool` keeps at most ``limit`` of them open
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ._changes import ChangeTable, slot_of
 from ._errors import LockedError, SessionNotFoundError, StorageError
 from ._fold import SessionState
+from ._lease import LEASE_COOL, LEASE_IDLE, LEASE_MAX, LEASES
 from ._safeio import open_regular, read_fd, storage_error
 from ._segfiles import LiveStart, closed_parts, read_live_start, roll, rolled_away
 
@@ -49,6 +53,8 @@ READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 _T = TypeVar("_T")
 #: The owner-write bit: cleared on a log that is being moved out of the store.
 LIVE_BIT = stat.S_IWUSR
+
+_monotonic = time.monotonic
 
 # Indirections the fault-injection tests patch.
 _write = os.write
@@ -113,6 +119,13 @@ def lock_fd(
         return
     except BlockingIOError:
         pass
+    if LEASES.held:  # maybe a lease of this very process: end them, then try again
+        LEASES.end_all()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
     deadline = time.monotonic() + timeout
     tries = 0
     while True:
@@ -194,14 +207,33 @@ class FdPool:
             self._trim()
 
     def forget(self, io: FileIO) -> None:
-        """``io`` closed its descriptor."""
+        """``io`` is closing its descriptor (which drops its lease's lock too)."""
         with self.mutex:
             self._open.pop(io, None)
+            io.leased = False
+            LEASES.drop(io)
 
     def evict_idle(self) -> bool:
         """Close the least recently used idle descriptor; False if none is idle."""
         with self.mutex:
             return self._evict_one(keep=None)
+
+    def end_lease(self, io: FileIO, idle_since: float | None) -> bool:
+        """End ``io``'s lease (see :mod:`eventlog._lease`) unless it is in use or, with
+        ``idle_since``, was used after that time. True: it has no lease now."""
+        with self.mutex:
+            if not io.leased:
+                return True
+            if idle_since is not None and io.lease_used > idle_since:
+                return False
+            io.evicting = True
+            try:
+                if io.pinners:  # in a transaction: it ends at its exit, or stays in use
+                    return False
+                io.end_lease()
+                return True
+            finally:
+                io.evicting = False
 
     def _trim(self) -> None:
         while len(self._open) > self.limit and self._evict_one(keep=None):
@@ -218,7 +250,9 @@ class FdPool:
                 if io.pinners:  # pinned meanwhile: its user goes on with it
                     continue
                 del self._open[io]
+                io.leased = False  # closing the descriptor drops its lock
                 io.drop_fd()
+                LEASES.drop(io)
                 return True
             finally:
                 io.evicting = False
@@ -229,6 +263,9 @@ class FdPool:
         with self.mutex:
             ios = list(self._open)
             self._open.clear()
+            for io in ios:
+                io.leased = False
+                LEASES.drop(io)
         for io in ios:
             io.drop_fd()
 
@@ -305,6 +342,15 @@ class FileIO:
         self._state: SessionState | None = None
         #: Descriptors of closed segments still in use by a sync when the log rolled.
         self._retired: list[int] = []
+        # Leases (see :mod:`eventlog._lease`): off until the writer allows them.
+        self.lease_ok = False
+        self.leased = False
+        #: A writer of this process waits for this lock: end the lease at the next exit.
+        self.lease_yield = False
+        self.lease_used = 0.0
+        self.lease_start = 0.0
+        self._last_exit = -1e18
+        self._cool_until = 0.0
 
     # -- the pool ------------------------------------------------------------------------------
 
@@ -318,6 +364,7 @@ class FileIO:
     def reopen(self, pool: FdPool) -> None:
         """Open the path again after an eviction; the log must still be the same file (or the
         segment after it, when it was rolled meanwhile)."""
+        self.leased = False  # a new descriptor holds no lock (a lease ends with its descriptor)
         try:
             fd = open_nofollow(self.name, OPEN_FLAGS, evict=lambda: pool._evict_one(keep=self))
         except FileNotFoundError as exc:
@@ -419,7 +466,31 @@ class FileIO:
             os.close(fd)
         self._depth = 0
         self.pinners = []
+        self.evicting = False
+        self.leased = False  # the parent's lease, not ours (the child's registry is empty)
         self.stale = True
+
+    # -- leases (see :mod:`eventlog._lease`) ----------------------------------------------------
+
+    def allow_lease(self) -> None:
+        """Let this log keep its lock across a burst of appends (the sync writer's choice)."""
+        self.lease_ok = True
+
+    def lease_pool(self) -> FdPool | None:
+        """The pool whose mutex guards ending this log's lease."""
+        return self._pool
+
+    def end_lease(self, *, cool: bool = True) -> None:
+        """Release the lock a lease kept (under the pool's mutex, not pinned; or in
+        a transaction's exit, pinned by it)."""
+        self.leased = False
+        self.lease_yield = False
+        if cool:
+            self._cool_until = time.monotonic() + LEASE_COOL
+        fd = self.fd
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                unlock_fd(fd)
 
     # -- SessionIO -----------------------------------------------------------------------------
 
@@ -560,6 +631,8 @@ class FileIO:
         pool = self._pool
         if pool is None:  # a private descriptor, locked since it was opened
             return True
+        if self.leased:  # take the lock anew, and check the file anew
+            pool.end_lease(self, idle_since=None)
         fd = pool.pin(self)
         try:
             if blocking:
@@ -615,6 +688,18 @@ class FileIO:
             fd = pool.pin(self)
         else:
             self.used = _tick()
+        if self.leased:
+            # Locked without a break since a checked transaction: nobody else changed the log.
+            self._depth = 1
+            if self.segment_bytes and self._size - self.seg.base >= self.segment_bytes:
+                assert self._state is not None
+                try:
+                    self._roll(self._state)
+                except BaseException:
+                    self._depth = 0
+                    pinners.pop()
+                    raise
+            return
         waited = False
         try:
             try:
@@ -674,11 +759,43 @@ class FileIO:
             self._depth -= 1
             return
         self._depth = 0
+        if self.leased and kind is None and not self.lease_yield and not self._retired:
+            now = _monotonic()
+            if now - self.lease_start < LEASE_MAX:  # the lease goes on: nothing to release
+                self.lease_used = now
+                self.pinners.pop()
+                return
         try:
             fd = self.fd
             if fd >= 0:  # else: found removed, and closed
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                if self.lease_ok:
+                    self._exit_leasing(fd, kind is not None)
+                else:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
             if self._retired and len(self.pinners) <= 1:
                 self._close_retired()
         finally:
             self.pinners.pop()
+
+    def _exit_leasing(self, fd: int, failed: bool) -> None:
+        """End a transaction of a log that may lease: keep the lock, or release it."""
+        now = time.monotonic()
+        if self.leased:
+            if failed or self.lease_yield or now - self.lease_start >= LEASE_MAX:
+                self.end_lease(cool=not failed)
+            else:
+                self.lease_used = now
+            return
+        if (
+            not failed
+            and not self.contended
+            and now - self._last_exit < LEASE_IDLE
+            and now >= self._cool_until
+        ):
+            self.leased = True
+            self.lease_yield = False
+            self.lease_start = self.lease_used = now
+            LEASES.hold(self)
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            self._last_exit = now

@@ -72,6 +72,11 @@ class SessionLog(LogBase):
         self.lock = threading.RLock()
         # Group commit: waiters for an fsync sleep on the condition.
         self.sync_cond = threading.Condition()
+        # Keep the lock across a burst of appends (see ``_lease``); not with "batch", whose
+        # append waits for an fsync after its write.
+        allow = getattr(self.io, "allow_lease", None)
+        if allow is not None and self.durability != "batch":
+            allow()
 
     def reset_locks(self) -> None:
         """In a forked child: fresh locks (a parent thread may have held the old ones)."""

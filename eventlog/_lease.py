@@ -1,0 +1,139 @@
+"""Write leases: a writer keeps its log's lock across a burst of its own appends.
+
+An uncontended append under the lock per write costs three system calls besides its
+``write``: ``flock``, ``fstat`` (did anyone else append, delete or trash the log?) and the
+unlock. A writer that appends again within :data:`LEASE_IDLE` of its last append keeps the
+lock instead of dropping it (a *lease*); while it holds the lock without a break nobody else
+can append, cut, roll, delete or trash the log (every one of those takes the lock first), so
+its next append needs neither the ``flock`` nor the ``fstat``: only its ``write``.
+
+Invariants (this module owns them; :class:`~eventlog._fileio.FileIO` and
+:class:`~eventlog._fileio.FdPool` follow them):
+- A lease is the log's ``flock`` held continuously since a transaction that checked the file
+  (``fstat``, catch-up). Only then is the check skipped; a lease that lapsed for any reason
+  means the next append takes the lock and checks again.
+- A lease starts only at the end of an uncontended transaction (no wait, nothing of others'
+  folded in) that followed the previous one within :data:`LEASE_IDLE`: a lone append never
+  leases. Only the sync writer with durability ``"none"`` or ``"always"`` leases (``"batch"``
+  waits for an fsync after its write, and would keep others out for it).
+- Other writers' waits stay bounded: the holder ends its lease at the first transaction that
+  finishes :data:`LEASE_MAX` after it began (then leases nothing for :data:`LEASE_COOL`, so a
+  waiter polling the lock gets its turn); a process-wide reaper thread ends a lease that is
+  that old and idle for :data:`LEASE_IDLE` (so no lease outlives ``LEASE_MAX`` by more than
+  the holder's current transaction, or the reaper's wake-up); a writer of this process that has to wait for a lock, and a probe of a
+  lock (``writer_lock_held``), first end this process's own leases. A transaction that raised
+  ends its lease.
+- Ending a lease happens under the pool's mutex with the eviction protocol (raise
+  ``io.evicting``, then back off if the descriptor is pinned), so it never unlocks a
+  descriptor in use, nor one closed and renumbered meanwhile.
+- kill -9 drops the lock with the process. A forked child forgets every lease and the reaper
+  (the parent keeps its own); its descriptors are dropped anyway (see ``FdPool.after_fork``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from ._fileio import FileIO
+
+#: Two appends this close (seconds) start a lease; a lease this idle ends once it is old.
+LEASE_IDLE: Final = 0.001
+#: A lease ends at the first transaction that finishes this long after it began.
+LEASE_MAX: Final = 0.004
+#: After a lease ends by age or for a waiter, its writer takes no new one for this long.
+LEASE_COOL: Final = 0.0005
+#: How long a probe of a lock (``writer_lock_held``) waits for a lease to lapse.
+PROBE_PATIENCE: Final = LEASE_MAX + 2 * LEASE_IDLE + 0.01
+
+
+class _Leases:
+    """This process's leasing logs and the thread that ends idle leases."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        #: Logs that took a lease since they were opened (forgotten when they close).
+        self.held: dict[FileIO, None] = {}
+        self.thread: threading.Thread | None = None
+        #: When the reaper wakes next (inf: it knows of no lease); read under ``cond``.
+        self.wake = math.inf
+
+    def hold(self, io: FileIO) -> None:
+        """``io`` now holds a lease: make sure the reaper ends it in time."""
+        with self.cond:
+            self.held[io] = None
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._reap, name="sessionledger-leases", daemon=True
+                )
+                self.thread.start()
+            elif self.wake > io.lease_start + LEASE_MAX:
+                self.cond.notify()
+
+    def drop(self, io: FileIO) -> None:
+        """``io`` closed or was evicted (its lease, if any, ended with it)."""
+        with self.cond:
+            self.held.pop(io, None)
+
+    def end_all(self) -> None:
+        """End every lease of this process now (a writer of ours is about to wait for a lock);
+        one in use ends when its transaction does."""
+        with self.cond:
+            ios = [io for io in self.held if io.leased]
+        for io in ios:
+            pool = io.lease_pool()
+            if pool is None or not pool.end_lease(io, idle_since=None):
+                io.lease_yield = True
+
+    def _due(self, now: float, retry: dict[FileIO, float]) -> list[FileIO]:
+        """Under ``cond``: the leases to end now; sets :attr:`wake` for the others."""
+        due: list[FileIO] = []
+        wake = math.inf
+        for io in self.held:
+            if not io.leased:
+                continue
+            # Not before the lease's age is up: a holder still appending ends its own lease
+            # then (one wake-up per lease, not one per idle period).
+            at = max(io.lease_used + LEASE_IDLE, io.lease_start + LEASE_MAX, retry.get(io, 0.0))
+            if at <= now:
+                due.append(io)
+            elif at < wake:
+                wake = at
+        self.wake = wake
+        return due
+
+    def _reap(self) -> None:
+        retry: dict[FileIO, float] = {}
+        while True:
+            with self.cond:
+                while True:
+                    now = time.monotonic()
+                    due = self._due(now, retry)
+                    if due:
+                        break
+                    retry.clear()
+                    self.cond.wait(None if self.wake == math.inf else self.wake - now)
+            for io in due:
+                pool = io.lease_pool()
+                try:
+                    ended = pool is None or pool.end_lease(io, idle_since=now - LEASE_IDLE)
+                except Exception:  # pragma: no cover - never let the reaper die
+                    ended = True
+                if not ended:  # in a transaction (an fsync, say): look again later
+                    retry[io] = now + LEASE_IDLE
+
+    def after_fork(self) -> None:
+        """In a forked child: no leases, no reaper (threads do not survive ``fork``)."""
+        self.cond = threading.Condition(threading.Lock())
+        self.held = {}
+        self.thread = None
+        self.wake = math.inf
+
+
+LEASES: Final = _Leases()
+
+os.register_at_fork(after_in_child=LEASES.after_fork)

@@ -1,0 +1,309 @@
+"""Write leases: a writer keeps its log's lock across a burst of its own appends (see
+``eventlog._lease``), and never at the price of a cross-process guarantee: every other writer,
+delete, trash, probe and forked child still sees exactly what is on disk."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionledger import replay
+from sessionledger.eventlog import (
+    FileStore,
+    LockedError,
+    MessageAppended,
+    SessionNotFoundError,
+    _fileio,
+    _lease,
+    decode_log,
+    verify_chain,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "web:alice"
+
+
+def contents(data: bytes) -> list[str]:
+    decoded = decode_log(data)
+    assert decoded.bad is None and decoded.torn is None
+    assert verify_chain(data).problems == []
+    assert [e.seq for e in decoded.events] == list(range(1, len(decoded.events) + 1))
+    return [e.message["content"] for e in decoded.events if isinstance(e, MessageAppended)]
+
+
+@pytest.fixture
+def long_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leases that neither age out nor go idle during a test (no timing in the outcome)."""
+    monkeypatch.setattr(_fileio, "LEASE_MAX", 600.0)
+    monkeypatch.setattr(_lease, "LEASE_MAX", 600.0)
+    monkeypatch.setattr(_lease, "LEASE_IDLE", 600.0)
+    monkeypatch.setattr(_fileio, "LEASE_IDLE", 600.0)
+
+
+def _leased(store: FileStore, key: str) -> bool:
+    log = store._writers[key]
+    return bool(log.io.leased)  # type: ignore[attr-defined]
+
+
+def test_a_burst_of_appends_takes_the_lock_and_checks_the_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, long_leases: None
+) -> None:
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    w.append_message("user", "first")
+    w.append_message("user", "second")  # within the idle time of the first: the lease starts
+    assert _leased(store, KEY)
+    calls: list[str] = []
+    real_flock, real_fstat = fcntl.flock, os.fstat
+
+    def flock(fd: int, op: int) -> None:
+        calls.append("flock")
+        real_flock(fd, op)
+
+    def fstat(fd: int) -> os.stat_result:
+        calls.append("fstat")
+        return real_fstat(fd)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    monkeypatch.setattr(os, "fstat", fstat)
+    for i in range(200):
+        w.append_message("user", str(i))
+    assert calls == []  # the lock held since a checked transaction: only the writes
+    monkeypatch.undo()
+    assert contents(store.read_bytes(KEY))[-1] == "199"
+    assert store.load(KEY).state == w.state
+    store.close()
+
+
+def test_a_lone_append_does_not_lease(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    time.sleep(0.01)
+    w.append_message("user", "one")
+    assert not _leased(store, KEY)
+    store.close()
+
+
+def test_batch_durability_never_leases(tmp_path: Path, long_leases: None) -> None:
+    store = FileStore(tmp_path, durability="batch")
+    w = store.session(KEY)
+    for i in range(5):
+        w.append_message("user", str(i))
+    assert not _leased(store, KEY)
+    store.close()
+
+
+def test_a_failed_transaction_ends_the_lease(tmp_path: Path, long_leases: None) -> None:
+    from sessionledger.eventlog import ConflictError
+
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    w.append_message("user", "a")
+    w.append_message("user", "b")
+    assert _leased(store, KEY)
+    with pytest.raises(ConflictError):
+        w.append_message("user", "c", expected_seq=99)
+    assert not _leased(store, KEY)
+    assert w.append_message("user", "d") == 3
+    store.close()
+
+
+def test_a_second_store_in_this_process_ends_the_lease_and_the_first_catches_up(
+    tmp_path: Path, long_leases: None
+) -> None:
+    """The lease of the first store would never lapse here; the second does not wait for it,
+    and the first then takes the lock anew and folds in the other's line before its own."""
+    first = FileStore(tmp_path, durability="none")
+    w = first.session(KEY)
+    w.append_message("user", "first 1")
+    w.append_message("user", "first 2")
+    assert _leased(first, KEY)
+    second = FileStore(tmp_path, durability="none", lock_timeout=0.5)
+    with second.session(KEY) as theirs:
+        assert theirs.append_message("user", "second", expected_seq=2) == 3
+    assert not _leased(first, KEY)
+    assert w.append_message("user", "first 3", expected_seq=3) == 4
+    assert contents(first.read_bytes(KEY)) == ["first 1", "first 2", "second", "first 3"]
+    assert first.load(KEY).state == w.state
+    first.close()
+    second.close()
+
+
+def test_a_probe_and_recover_in_this_process_do_not_see_our_lease_as_a_writer(
+    tmp_path: Path, long_leases: None
+) -> None:
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    w.append_message("user", "a")
+    w.append_message("user", "b")
+    assert _leased(store, KEY)
+    assert not store.writer_lock_held(KEY)
+    assert replay.recover(store).ok
+    assert w.append_message("user", "c") == 3
+    store.close()
+
+
+def test_delete_and_trash_in_this_process_end_the_lease_and_are_noticed(
+    tmp_path: Path, long_leases: None
+) -> None:
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    w.append_message("user", "a")
+    w.append_message("user", "b")
+    assert _leased(store, KEY)
+    FileStore(tmp_path, lock_timeout=0.5).delete(KEY)
+    with pytest.raises(SessionNotFoundError):
+        w.append_message("user", "to nowhere")
+    w2 = store.session("web:bob")
+    w2.append_message("user", "a")
+    w2.append_message("user", "b")
+    assert _leased(store, "web:bob")
+    other = FileStore(tmp_path, durability="none", lock_timeout=0.5)
+    report = other.cleanup(0, now=store.state("web:bob").updated_at.replace(year=2100))
+    assert report.trashed == ["web:bob"]
+    with pytest.raises(SessionNotFoundError):
+        w2.append_message("user", "to the trash")
+    store.close()
+    other.close()
+
+
+def test_an_evicted_leased_log_unlocks_and_checks_again(tmp_path: Path, long_leases: None) -> None:
+    store = FileStore(tmp_path, durability="none", max_open_files=1)
+    w = store.session(KEY)
+    w.append_message("user", "a")
+    w.append_message("user", "b")
+    assert _leased(store, KEY)
+    store.session("other").append_message("user", "evicts the leased descriptor")
+    assert not _leased(store, KEY)
+    other = FileStore(tmp_path, durability="none", lock_timeout=0)
+    with other.session(KEY) as theirs:  # the lock is free: no wait at all
+        theirs.append_message("user", "theirs")
+    assert w.append_message("user", "c") == 4
+    assert contents(store.read_bytes(KEY)) == ["a", "b", "theirs", "c"]
+    store.close()
+    other.close()
+
+
+BURST = """
+import sys, time
+from sessionledger.eventlog import FileStore
+root, name, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+store = FileStore(root, durability=sys.argv[4], lock_timeout=30)
+w = store.session("web:alice")
+print("ready", flush=True)
+n, end = 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    w.append_message("user", f"{name} {n}")
+    n += 1
+store.close()
+print(n, flush=True)
+"""
+
+
+@pytest.mark.parametrize("durability", ["none", "always"])
+def test_processes_in_bursts_share_one_log_and_nobody_starves(
+    tmp_path: Path, durability: str
+) -> None:
+    """Two processes appending as fast as they can, each holding leases: each gets its turn
+    (a lease ends by age, and then leaves a gap), every acknowledged append is there once."""
+    FileStore(tmp_path).session(KEY).close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BURST, str(tmp_path), name, "1.5", durability],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("p", "q")
+    ]
+    counts = {}
+    for name, proc in zip(("p", "q"), procs, strict=True):
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        counts[name] = int(out.split()[-1])
+    got = contents(FileStore(tmp_path).read_bytes(KEY))
+    for name, n in counts.items():
+        assert n > 0
+        assert [c for c in got if c.startswith(name + " ")] == [f"{name} {i}" for i in range(n)]
+    assert len(got) == sum(counts.values())
+
+
+HOLDER = """
+import sys
+import sessionledger.eventlog._fileio as f, sessionledger.eventlog._lease as l
+f.LEASE_MAX = l.LEASE_MAX = l.LEASE_IDLE = f.LEASE_IDLE = 600.0  # a lease that never lapses by itself
+from sessionledger.eventlog import FileStore
+store = FileStore(sys.argv[1], durability="none")
+w = store.session("web:alice")
+for i in range(5):
+    w.append_message("user", f"holder {i}")
+assert store._writers["web:alice"].io.leased
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_process_killed_holding_a_lease_blocks_nobody(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        store = FileStore(tmp_path, durability="none", lock_timeout=0.05)
+        assert store.writer_lock_held(KEY)  # a live lease is a held lock
+        with pytest.raises(LockedError):
+            store.session(KEY).append_message("user", "mine")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=10)
+    store.lock_timeout = 5
+    assert store.session(KEY).append_message("user", "mine") == 6
+    assert contents(store.read_bytes(KEY)) == [f"holder {i}" for i in range(5)] + ["mine"]
+    store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_lease_never_writes_under_the_parents_lock(
+    tmp_path: Path,
+) -> None:
+    """The child's descriptor would share the parent's lock: it must drop the lease with it,
+    take its own lock and see the parent's lines, and the parent must see the child's."""
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    w.append_message("user", "parent 0")
+    w.append_message("user", "parent 1")
+    assert _leased(store, KEY)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            assert not store._writers[KEY].io.leased  # type: ignore[attr-defined]
+            for i in range(20):
+                w.append_message("user", f"child {i}")
+            code = 0
+        finally:
+            os._exit(code)
+    for i in range(2, 22):
+        w.append_message("user", f"parent {i}")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    w.append_message("user", "parent last")
+    got = contents(store.read_bytes(KEY))
+    assert len(got) == 43 and got[-1] == "parent last"
+    assert [c for c in got if c.startswith("child")] == [f"child {i}" for i in range(20)]
+    assert store.load(KEY).state == w.state
+    store.close()
