@@ -26,6 +26,8 @@ Invariants (this module owns them; :class:`~eventlog._fileio.FileIO` and
 - Ending a lease happens under the pool's mutex with the eviction protocol (raise
   ``io.evicting``, then back off if the descriptor is pinned), so it never unlocks a
   descriptor in use, nor one closed and renumbered meanwhile.
+- The reaper thread lives only while leases come and go: it ends after :data:`REAPER_LINGER`
+  with none (so a later ``fork`` finds no thread of ours), and the next lease starts another.
 - kill -9 drops the lock with the process. A forked child forgets every lease and the reaper
   (the parent keeps its own); its descriptors are dropped anyway (see ``FdPool.after_fork``).
 """
@@ -47,6 +49,8 @@ LEASE_IDLE: Final = 0.001
 LEASE_MAX: Final = 0.004
 #: After a lease ends by age or for a waiter, its writer takes no new one for this long.
 LEASE_COOL: Final = 0.0005
+#: The reaper thread ends after this long (seconds) with no lease in the process.
+REAPER_LINGER: Final = 1.0
 #: How long a probe of a lock (``writer_lock_held``) waits for a lease to lapse.
 PROBE_PATIENCE: Final = LEASE_MAX + 2 * LEASE_IDLE + 0.01
 
@@ -116,7 +120,16 @@ class _Leases:
                     if due:
                         break
                     retry.clear()
-                    self.cond.wait(None if self.wake == math.inf else self.wake - now)
+                    if self.wake == math.inf:
+                        # No lease: stop after a while (a process that forks later then has no
+                        # thread of ours alive; ``hold`` starts a new one).
+                        if not self.cond.wait(REAPER_LINGER) and not any(
+                            io.leased for io in self.held
+                        ):
+                            self.thread = None
+                            return
+                    else:
+                        self.cond.wait(self.wake - now)
             for io in due:
                 pool = io.lease_pool()
                 try:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -277,6 +278,8 @@ def test_a_process_killed_holding_a_lease_blocks_nobody(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+# Python 3.12+ warns about fork() with threads alive: the reaper is, on purpose, here.
+@pytest.mark.filterwarnings("ignore:This process:DeprecationWarning")
 def test_a_child_forked_during_a_lease_never_writes_under_the_parents_lock(
     tmp_path: Path,
 ) -> None:
@@ -306,4 +309,32 @@ def test_a_child_forked_during_a_lease_never_writes_under_the_parents_lock(
     assert len(got) == 43 and got[-1] == "parent last"
     assert [c for c in got if c.startswith("child")] == [f"child {i}" for i in range(20)]
     assert store.load(KEY).state == w.state
+    store.close()
+
+
+def test_the_reaper_thread_ends_when_no_lease_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that leased once and then forks later has no thread of ours alive."""
+    monkeypatch.setattr(_lease, "REAPER_LINGER", 0.05)
+
+    def reaper_alive() -> bool:
+        return any(t.name == "sessionledger-leases" for t in threading.enumerate())
+
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    for _ in range(50):
+        w.append_message("user", "burst")
+        if _leased(store, KEY):
+            break
+    assert _leased(store, KEY) and reaper_alive()
+    deadline = time.monotonic() + 10
+    while (reaper_alive() or _leased(store, KEY)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _leased(store, KEY) and not reaper_alive()
+    for _ in range(50):  # a later burst starts a reaper again
+        w.append_message("user", "again")
+        if _leased(store, KEY):
+            break
+    assert _leased(store, KEY) and reaper_alive()
     store.close()
