@@ -662,6 +662,8 @@ class FileIO:
         self._depth = 0
         if pool is None:
             return
+        # A lease (if :meth:`lock` could not end one) ends with this unlock: a lease is a held lock.
+        self.leased = False
         try:
             if self.fd >= 0:  # else: found removed, and closed
                 unlock_fd(self.fd)

@@ -338,3 +338,24 @@ def test_the_reaper_thread_ends_when_no_lease_is_left(
             break
     assert _leased(store, KEY) and reaper_alive()
     store.close()
+
+
+def test_taking_the_lock_outside_an_append_ends_the_lease(
+    tmp_path: Path, long_leases: None
+) -> None:
+    """``store.session(key)`` on an open log checks it under the lock (and releases it): the
+    lease ends there, so the next append takes the lock and checks the file again."""
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    w.append_message("user", "a")
+    w.append_message("user", "b")
+    assert _leased(store, KEY)
+    with store.session(KEY) as again:
+        assert not _leased(store, KEY)
+        other = FileStore(tmp_path, durability="none", lock_timeout=0)
+        with other.session(KEY) as theirs:  # free at once: the unlock released it
+            theirs.append_message("user", "theirs")
+        other.close()
+        assert again.append_message("user", "c") == 4
+    assert contents(store.read_bytes(KEY)) == ["a", "b", "theirs", "c"]
+    store.close()
