@@ -385,9 +385,10 @@ def write_index(
     prev = base.head if base is not None else (header.h or "")
     new = _NewRecords(records, sealed=seal is not None)
     links = links or {}
+    add = new.adder(hash_key)
     for event, (offset, length) in zip(events, spans, strict=True):
         prev = links.get(event.seq - 1, prev)
-        new.add(event, event.id, offset, length, prev, hash_key)
+        add(event, event.id, offset, length, prev, b"")
         prev = event.h
     return _finish(files, header, state, anchor, base, new, hash_key, seal)
 
@@ -402,26 +403,33 @@ class _NewRecords:
         self.id_out: list[bytes] = []
         self.ordinal_of: dict[int, int] = {}
 
-    def add(
-        self,
-        event: Event | None,
-        event_id: str,
-        offset: int,
-        length: int,
-        prev: str | bytes,
-        key: bytes,
-        h: bytes = b"",
-    ) -> None:
-        """One line: its id record, and its message record when ``event`` is a message
-        (``prev``: the previous line's hash, hex or raw; ``h``: this one's, raw, if known)."""
-        if isinstance(event, MessageAppended):
-            self.ordinal_of[event.seq] = self.records + len(self.msg_out)
-            try:
-                record = pack_record(event, offset, length, prev, h, sealed=self.sealed)
-                self.msg_out.append(record)
-            except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
-                raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
-        self.id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
+    def adder(
+        self, key: bytes
+    ) -> Callable[[Event | None, str, int, int, str | bytes, bytes], None]:
+        """How a line is added (bound once per run of lines): its id record, and its message
+        record when the event is a message. The call takes the event, its id, the line's
+        offset and length, the previous line's hash (hex, or raw) and this line's (raw, or
+        ``b""``: taken from the event)."""
+        msg_out, id_out, ordinal_of = self.msg_out, self.id_out, self.ordinal_of
+        records, sealed = self.records, self.sealed
+
+        def add(
+            event: Event | None,
+            event_id: str,
+            offset: int,
+            length: int,
+            prev: str | bytes,
+            h: bytes,
+        ) -> None:
+            if isinstance(event, MessageAppended):
+                ordinal_of[event.seq] = records + len(msg_out)
+                try:
+                    msg_out.append(pack_record(event, offset, length, prev, h, sealed=sealed))
+                except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
+                    raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
+            id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
+
+        return add
 
 
 def _finish(
@@ -439,11 +447,15 @@ def _finish(
     msg_out, id_out, ordinal_of = new.msg_out, new.id_out, new.ordinal_of
     messages = state.messages
     ranges = list(messages.ranges) if messages.source is not None else []
-    for event in messages.in_memory:
-        ordinal = ordinal_of.get(event.seq)
-        if ordinal is None:
-            raise SnapshotError(f"message {event.seq} is not among the indexed lines")
-        ranges.append((ordinal, ordinal + 1))
+    try:
+        ordinals = [ordinal_of[event.seq] for event in messages.in_memory]
+    except KeyError as exc:
+        raise SnapshotError(f"message {exc.args[0]} is not among the indexed lines") from None
+    if ordinals and ordinals[-1] - ordinals[0] == len(ordinals) - 1:
+        # Ordinals rise with seq: first to last with no gap is one run (the usual case).
+        ranges.append((ordinals[0], ordinals[-1] + 1))
+    else:
+        ranges += [(ordinal, ordinal + 1) for ordinal in ordinals]
     record_digests = _extend(
         files,
         "index",
@@ -537,11 +549,13 @@ def extend_from_state(
         return None
     headers = 0
     seq = first_seq - 1
+    at = tail.startswith
+    add = new.adder(hash_key)
     while seq < state.seq:
         end = find(b"\n", pos)
         if end < 0:
             return None
-        if tail.startswith(_HEADER_LINE, pos):
+        if at(_HEADER_LINE, pos):
             # A later segment's header: a link in the chain that does not advance seq.
             line = tail[pos : end + 1]
             h = line[-35:-3].decode("ascii", "replace")
@@ -553,22 +567,27 @@ def extend_from_state(
             continue
         seq += 1
         event: Event | None = in_memory.get(seq)
-        if event is not None and tail[end - 34 : end - 2] == event.h.encode():
-            h = event.h
-        else:
-            if event is not None:  # the writer holds another message at this seq
+        if event is not None and at(event.h.encode(), end - 34):
+            # The usual case: a message line this writer holds (its hash covers its id).
+            line_start = base_start + pos
+            raw = bytes.fromhex(event.h)
+            add(event, event.id, line_start, end + 1 - pos, prev_raw, raw)
+            prev_prev, prev, prev_raw = prev, event.h, raw
+            pos = end + 1
+            continue
+        if event is not None:  # the writer holds another message at this seq
+            return None
+        line = tail[pos : end + 1]
+        h = line[-35:-3].decode("ascii", "replace")
+        if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:
+            return None
+        if line.startswith(_MESSAGE_TAG):
+            try:
+                event = _decode_message(line)
+            except msgspec.DecodeError:
                 return None
-            line = tail[pos : end + 1]
-            h = line[-35:-3].decode("ascii", "replace")
-            if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:
+            if event.seq != seq or event.h != h:
                 return None
-            if line.startswith(_MESSAGE_TAG):
-                try:
-                    event = _decode_message(line)
-                except msgspec.DecodeError:
-                    return None
-                if event.seq != seq or event.h != h:
-                    return None
         event_id = id_of.get(seq)
         if event_id is None:
             try:
@@ -577,7 +596,7 @@ def extend_from_state(
                 return None
         line_start = base_start + pos
         raw = bytes.fromhex(h)
-        new.add(event, event_id, line_start, end + 1 - pos, prev_raw, hash_key, raw)
+        add(event, event_id, line_start, end + 1 - pos, prev_raw, raw)
         prev_prev, prev, prev_raw = prev, h, raw
         pos = end + 1
     if prev != state.head:

@@ -323,7 +323,7 @@ class SnapshotViews:
             return None
         return _Settler(self, key, self._store.settle_every)
 
-    def _settle(self, key: str, state: SessionState) -> bool:
+    def _settle(self, key: str, state: SessionState) -> bool | None:
         """Index what a writer's ``state`` holds in memory, then read it from the index like
         the messages it opened with: its own events leave memory (True: done).
 
@@ -332,7 +332,8 @@ class SnapshotViews:
         hold exactly what it held (a writer's state equals the fold of its log, and the
         snapshot is used only when it ends at the state's own seq and head). Anything in the
         way (another writer moved the snapshot or the log on, an erased or redacted session, an
-        I/O error) leaves the state as it was.
+        I/O error) leaves the state as it was; None says another writer's snapshot is past
+        this state (a race lost, worth trying again after the next append).
         """
         files = self._index_files(key)
         if files is None or withheld(state):
@@ -341,6 +342,8 @@ class SnapshotViews:
             # Not extended: another writer may have indexed up to this very state; use it then.
             self._extend_index(key, state)
             meta = self.read_snapshot(key)
+            if isinstance(meta, IndexMeta) and meta.seq > state.seq:
+                return None  # another writer indexed past this state meanwhile
             if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (state.seq, state.head):
                 return False
             opened = open_state(files, meta, self._hash_key)
@@ -428,12 +431,17 @@ class _Settler:
             self._next = base + self._every
             return
         # A failure is not retried on every append: the wait doubles after each one (a state
-        # that cannot settle, e.g. a log in a layout the index does not cover, costs a few
-        # tries, not one per window).
+        # that cannot settle, e.g. an index file that cannot be written, costs a few tries,
+        # not one per window). A race lost to another writer that indexed past this state is
+        # retried at the next append, which catches up past that writer's snapshot: with
+        # two writers on one session, doubling the wait there let each hold hundreds of events.
         self._next = state.seq + self._wait
-        if self._store._settle(self._key, state):
+        done = self._store._settle(self._key, state)
+        if done:
             self._wait = self._every
             self._next = state.seq + self._every
+        elif done is None:
+            self._next = state.seq + 1
         else:
             self._wait *= 2
 

@@ -226,11 +226,13 @@ def test_kill_9_during_a_roll_with_an_index_present(tmp_path: Path, step: str) -
 def _append_many(root: str, who: str, n: int) -> None:
     store = FileStore(root, durability="none", segment_bytes=SMALL)
     store.settle_every = 16
+    held = 0
     with store.session(KEY) as w:
         for i in range(n):
             w.append_message("user", f"{who}-{i} " + "w" * 40, id=f"{who}-{i}")
-        # it settled (a settle that loses a race with the other process waits longer)
-        assert _indexed(w.state) and len(w.state.messages.in_memory) < n
+            held = max(held, len(w.state.messages.in_memory))
+        # it settled all along: a race lost to the other process is retried at once
+        assert _indexed(w.state) and held <= 64, held
     store.close()
 
 
