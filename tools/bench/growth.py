@@ -67,10 +67,9 @@ SEGMENTED_MAX = 100_000
 
 
 def _store(path: Path, **options: Any) -> FileStore:
-    """A file store over ``path`` whose logs stay one file (``segment_bytes=0``): the layout
-    index snapshots cover. With the default (64 MB) the 100k and 1M logs would continue in a
-    new segment at the first append and keep format-2 snapshots instead (docs/BENCHMARKS.md
-    says what that costs); restoring a session here also relies on the log staying one file."""
+    """A file store over ``path`` whose logs stay one file (``segment_bytes=0``): restoring a
+    session between runs relies on that (with the default, 64 MB, the 100k and 1M logs would
+    roll at the first append). Logs in segments are measured apart (:func:`segmented`)."""
     from sessionledger.eventlog import FileStore as Store
 
     return Store(path, segment_bytes=0, **options)
