@@ -532,7 +532,9 @@ class Statements:
         )
         # An index snapshot's record files (migration 7), read whole and written like pwrite
         # (zeros fill a gap; bytes after the written range stay).
-        self.records = q("SELECT name, data FROM {s}.snapshot_records WHERE key = %s")
+        self.records = q(
+            "SELECT name, data FROM {s}.snapshot_records WHERE key = %s AND name = ANY(%s)"
+        )
         self.put_records = q(
             "INSERT INTO {s}.snapshot_records (key, name, data) "
             "SELECT key, %(n)s, decode(repeat('00', %(o)s::int), 'hex') || %(d)s "

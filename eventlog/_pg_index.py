@@ -62,10 +62,13 @@ class PgIndexFiles:
     def _load(self, name: IndexName) -> bytes:
         got = self._data.get(name)
         if got is None:
-            rows = self._query(self._store._sql.records, (self._kb,))
+            # Both files in one query, or only this one when the other was read already (the
+            # open reads the message records: a first id lookup then reads only the ids).
+            names = [n for n in ("index", "ids") if n not in self._data]
+            rows = self._query(self._store._sql.records, (self._kb, names))
             found = {str(r[0]): bytes(r[1]) for r in rows}
-            for other in ("index", "ids"):
-                self._data.setdefault(other, found.get(other, b""))
+            for other in names:
+                self._data[other] = found.get(other, b"")
             got = self._data[name]
         return got
 

@@ -315,3 +315,24 @@ def test_a_row_written_before_the_catalog_kept_conversations_is_completed(
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(f"SELECT conversations IS NOT NULL, seq FROM {table}").fetchone()
     assert row == (True, w.seq)
+
+
+def test_a_first_id_lookup_after_opening_reads_only_the_id_records(
+    make_pg: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg = make_pg()
+    _long(pg, count=40)
+    first = pg.load(KEY, snapshot=False).state.messages[5]
+    asked: list[Any] = []
+    real = PgIndexFiles._query
+
+    def spy(files: PgIndexFiles, query: bytes, args: Any, *, fetch: bool = True) -> Any:
+        asked.append(args)
+        return real(files, query, args, fetch=fetch)
+
+    monkeypatch.setattr(PgIndexFiles, "_query", spy)
+    w = make_pg().session(KEY)
+    assert w.append_message("user", "new", id="evt-new") == w.seq
+    assert asked == [(KEY.encode(), ["ids"])]  # not the message records again
+    assert w.append_message("user", "again", id=first.id) == first.seq
+    assert len(asked) == 2 and asked[1]["lo"] <= first.seq  # the hit confirmed on its line
