@@ -32,6 +32,7 @@ from ._history import (
 from ._orphans import declared_call_ids, legal_start, orphaned_tool_indices
 from ._sanitize import image_breadcrumb
 from ._sdk_items import describe_item, item_call, sdk_item
+from ._sealed_rows import open_sessions as open_sealed_rows
 from ._search import SearchHit, drop_search, rebuild_search, refresh_search, search, searchable_text
 from ._session_id import SessionID
 from ._snapshots import rebuild_snapshot, snapshot_status, write_snapshot
@@ -87,6 +88,7 @@ __all__ = (
     "legal_start",
     "list_conversations",
     "list_sessions",
+    "open_sealed_rows",
     "orphaned_tool_indices",
     "preview_text",
     "rebuild_catalog",

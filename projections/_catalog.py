@@ -91,6 +91,7 @@ def list_sessions(
     order: Order = "updated",
     limit: int | None = None,
     offset: int = 0,
+    open_sealed: bool = True,
 ) -> list[SessionInfo]:
     """The sessions of ``store`` that match, newest-updated first (or by ``order``).
 
@@ -98,6 +99,8 @@ def list_sessions(
     :class:`SessionID`); ``created_after`` / ``created_before`` are exclusive bounds. A sealed
     session's title, preview, summary and tags are opened here when ``store`` holds the keys,
     and listed empty when it does not (``SessionInfo.sealed``; the catalog never stores them).
+    Opening costs a load per sealed row: ``open_sealed=False`` lists them as stored, and
+    :func:`open_sealed_rows` opens just the rows a caller shows (a page of a long list).
     """
     if order not in ORDERS:
         raise InvalidEventError(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
@@ -122,7 +125,7 @@ def list_sessions(
         rows = infos_from_records(records, store)
     else:
         rows = select(_refresh(store, rebuild=False).rows, query)
-    return open_sessions(store, rows)
+    return open_sessions(store, rows) if open_sealed else rows
 
 
 def catalog_conversations(

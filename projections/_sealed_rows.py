@@ -53,7 +53,11 @@ def _opened_state(store: BaseStore, key: str) -> SessionState | None:
 
 def open_sessions(store: BaseStore, rows: list[SessionInfo]) -> list[SessionInfo]:
     """``rows`` with the title, preview, summary and tags of sealed sessions opened, when
-    ``store`` holds the keys (see the module rules); the others as they are."""
+    ``store`` holds the keys (see the module rules); the others as they are.
+
+    Public as ``projections.open_sealed_rows``: a viewer lists with ``open_sealed=False``,
+    pages, and opens only the page it shows.
+    """
     if not _can_open(store) or not any(_maybe_sealed(store, r) for r in rows):
         return rows
     out: list[SessionInfo] = []

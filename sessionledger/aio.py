@@ -62,6 +62,7 @@ catalog_rows = twin(projections.catalog_rows)
 drop_search = twin(projections.drop_search)
 list_conversations = twin(projections.list_conversations)
 list_sessions = twin(projections.list_sessions)
+open_sealed_rows = twin(projections.open_sealed_rows)
 rebuild_catalog = twin(projections.rebuild_catalog)
 rebuild_search = twin(projections.rebuild_search)
 rebuild_snapshot = twin(projections.rebuild_snapshot)
@@ -109,6 +110,7 @@ __all__ = (
     "import_session_json",
     "list_conversations",
     "list_sessions",
+    "open_sealed_rows",
     "rebuild_catalog",
     "rebuild_search",
     "rebuild_snapshot",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from privacy_support import SECRETS, encrypted_store, files_containing, key_file, write_secrets
 
 from sessionledger import projections
@@ -123,3 +125,53 @@ def test_memory_store_lists_the_same_way(tmp_path: Path) -> None:
     assert (row.sealed, row.title, row.tags) == (True, SECRETS["title"], ("t-Wombat-6614",))
     convs = projections.list_conversations(store, KEY)
     assert [c.title for c in convs] == [SECRETS["title"], "Old-Capybara-2208"]
+
+
+def _count_loads(store: FileStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    loaded: list[str] = []
+    real = store.load
+
+    def counting(key: str, *args: Any, **kwargs: Any) -> Any:
+        loaded.append(key)
+        return real(key, *args, **kwargs)
+
+    monkeypatch.setattr(store, "load", counting)
+    return loaded
+
+
+def test_rows_listed_as_stored_are_opened_one_page_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = encrypted_store(tmp_path)
+    for n in range(6):
+        with store.session(f"telegram:{n}") as s:
+            s.update_metadata(set={"title": f"Title-{n}-Okapi"})
+            s.append_message("user", f"said {n}")
+    opened = projections.list_sessions(store)
+    loaded = _count_loads(store, monkeypatch)
+    stored = projections.list_sessions(store, open_sealed=False)
+    assert loaded == [] and [r.key for r in stored] == [r.key for r in opened]
+    assert all(r.sealed and (r.title, r.preview) == ("", "") for r in stored)
+    page = projections.open_sealed_rows(store, stored[2:4])
+    assert page == opened[2:4] and sorted(loaded) == sorted(r.key for r in stored[2:4])
+
+
+def test_the_viewer_opens_only_the_page_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("starlette", reason="the viewer needs the web extra")
+    from sessionledger.tools.web._pages import list_page
+
+    store = encrypted_store(tmp_path)
+    for n in range(6):
+        with store.session(f"telegram:{n}") as s:
+            s.update_metadata(set={"title": f"Title-{n}-Okapi"})
+            s.append_message("user", f"said {n}")
+    loaded = _count_loads(store, monkeypatch)
+    listing = list_page(store, offset=1, limit=2)
+    assert listing.total == 6 and len(listing.rows) == 2
+    assert all(r.title.startswith("Title-") for r in listing.rows)
+    assert sorted(loaded) == sorted(r.key for r in listing.rows)
+    loaded.clear()  # a query reads every title, so every sealed row is opened to match it
+    found = list_page(store, q="Title-4-Okapi", full_text=False)
+    assert [r.key for r in found.rows] == ["telegram:4"] and len(loaded) == 6

@@ -144,7 +144,7 @@ def create_app(
 
     async def sessions_events(request: Request) -> Response:
         def signature() -> tuple[Any, ...]:
-            rows = projections.list_sessions(store)
+            rows = projections.list_sessions(store, open_sealed=False)  # heads only: no loads
             return (verifier.version, tuple((r.key, r.seq, r.head, r.state) for r in rows))
 
         async def stream() -> AsyncIterator[str]:

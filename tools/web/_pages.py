@@ -88,7 +88,10 @@ def list_page(
     ``q`` matches the key, title and first message; with ``full_text`` also every message,
     through the search projection (``projections.search``).
     """
-    rows = projections.list_sessions(store, channel=channel, agent=agent, state=state)
+    # A sealed row is opened (one load) only when it is shown or a query must read its title.
+    rows = projections.list_sessions(
+        store, channel=channel, agent=agent, state=state, open_sealed=bool(q)
+    )
     hits: dict[str, SearchHit] = {}
     if q and full_text:
         try:
@@ -99,6 +102,8 @@ def list_page(
     if q:
         rows = [r for r in rows if r.key in hits or matches(r, q)]
     page = rows[offset : offset + limit]
+    if not q:
+        page = projections.open_sealed_rows(store, page)
     return Listing(
         page, len(rows), offset, limit, {r.key: hits[r.key] for r in page if r.key in hits}
     )
@@ -235,7 +240,8 @@ def quick_heading(index: LogIndex, key: str, redacted: list[str]) -> Heading:
 def catalog_heading(
     store: BaseStore, key: str, head: str, seq: int, redacted: list[str]
 ) -> Heading:
-    rows = [r for r in projections.list_sessions(store, prefix=key) if r.key == key]
+    listed = projections.list_sessions(store, prefix=key, open_sealed=False)
+    rows = projections.open_sealed_rows(store, [r for r in listed if r.key == key])
     if not rows:
         epoch = datetime(1970, 1, 1, tzinfo=UTC)
         return Heading(key, "", seq, head, 0, 0, "?", epoch, epoch, tuple(redacted))
