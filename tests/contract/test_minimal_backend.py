@@ -19,10 +19,12 @@ from types import TracebackType
 from typing import Any
 
 import pytest
+from async_store_contract import AsyncStoreContract
 from store_contract import KEY, StoreContract
 
 from sessionledger import projections
 from sessionledger.eventlog import (
+    AsyncBaseStore,
     BaseStore,
     InvalidEventError,
     SessionNotFoundError,
@@ -215,6 +217,14 @@ def make_dict_store(tmp_path: Path, **kwargs: Any) -> BaseStore:
 class TestDictBackend(StoreContract):
     def make_store(self, tmp_path: Path, **kwargs: Any) -> BaseStore:
         return make_dict_store(tmp_path, **kwargs)
+
+
+class TestAsyncDictBackend(AsyncStoreContract):
+    """The async contract too: the generic async store over the generic store of this backend
+    (blocking calls offloaded to worker threads, as for a backend whose I/O may block)."""
+
+    def make_store(self, tmp_path: Path, **kwargs: Any) -> AsyncBaseStore:
+        return AsyncBaseStore(make_dict_store(tmp_path, **kwargs), offload=True)
 
 
 def test_lifecycle_trash_snapshots_and_catalog_come_with_the_protocol(tmp_path: Path) -> None:
