@@ -1,50 +1,77 @@
 """The PostgreSQL store's backend: a session's log is its rows, read and removed by statements.
 
-The store (:class:`~eventlog._postgres.PostgresStore`) owns the connection pool and the group
-commit; this backend runs the few statements that differ from the other backends (read, list,
-remove, quarantine, the trash table, the snapshot and catalog tables) on the store's pool.
+The store (:class:`~eventlog._postgres.PostgresStore`) owns the group commit; this backend runs
+the few statements that differ from the other backends (read, list, remove, quarantine, the
+trash table, the snapshot and catalog tables) on the store's connections
+(:class:`~eventlog._pg_conn.PgConnections`), and knows nothing else of the store: what it needs
+from it (an I/O over a session's rows, its index records, importing a log back from the trash)
+it is given.
 Each is one statement on an autocommit connection, or one transaction where several must hold
 together (remove, trash).
 """
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, KeyScan, LogStat, TrashBin, TrashEntry
 from ._errors import InvalidEventError, SessionNotFoundError
 from ._indexsnap import INDEX_MAGIC, IndexMeta, is_index_snapshot
-from ._pg_common import run, tail_bytes
-from ._pg_index import PgIndexFiles
-from ._pg_io import _PgIO
+from ._pg_common import Statements, run, tail_bytes
+from ._pg_conn import PgConnections
 from ._snapshot import Snapshot, snapshot_seq
+from ._writer import SessionIO
 
 if TYPE_CHECKING:
-    from ._postgres import PostgresStore
+    import psycopg
+
+    from ._pg_index import PgIndexFiles
+
+
+def read_lines(
+    conn: psycopg.Connection[tuple[Any, ...]], sql: Statements, kb: bytes
+) -> bytes | None:
+    """Every line of the session keyed ``kb``, in seq order (None: no such session)."""
+    rows = conn.execute(sql.lines, (kb,), binary=True).fetchall()
+    return b"".join(r[0] for r in rows) if rows else None
 
 
 class _Raw:
     __slots__ = ("created", "data", "io")
 
-    def __init__(self, io: _PgIO, created: bool) -> None:
+    def __init__(self, io: SessionIO, created: bool) -> None:
         self.io = io
         self.data = b""
         self.created = created
 
 
 class PgBackend(Backend):
-    """The statements of one :class:`PostgresStore` (held weakly: the store holds this)."""
+    """The statements of one :class:`PostgresStore` on its connections.
 
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = cast("PostgresStore", weakref.proxy(store))
-        self._trash = _PgTrash(self)
+    ``make_io(key)`` gives an I/O over a session's rows (the store's writers use it),
+    ``make_index(key)`` its index record files, and ``import_log(key, data)`` installs a whole
+    log as ``store.import_bytes`` does (a trashed session comes back through it).
+    """
+
+    def __init__(
+        self,
+        db: PgConnections,
+        *,
+        make_io: Callable[[str], SessionIO],
+        make_index: Callable[[str], PgIndexFiles],
+        import_log: Callable[[str, bytes], str],
+    ) -> None:
+        self._db = db
+        self._make_io = make_io
+        self._make_index = make_index
+        self._trash = _PgTrash(self, import_log)
         self._catalog = _PgCatalog(self)
 
     def describe(self, key: str) -> str:
         """The session and the database."""
-        return f"session {key!r} in {self._store._where}"
+        return f"session {key!r} in {self._db.where}"
 
     def open_raw(
         self, key: str, create: bool, snap: Snapshot | IndexMeta | None = None
@@ -52,53 +79,51 @@ class PgBackend(Backend):
         """An I/O over the session's rows (the store's own open reads them in one query)."""
         if not create and not self.exists(key):
             return None
-        return _Raw(_PgIO(self._store, key), create)
+        return _Raw(self._make_io(key), create)
 
     def read(self, key: str) -> bytes | None:
         """Every line, in seq order."""
-        store = self._store
-        with store._reading("read") as conn:
-            return store._read_on(conn, key.encode())
+        db = self._db
+        with db.reading("read") as conn:
+            return read_lines(conn, db.sql, key.encode())
 
     def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
         """The log's length and its bytes from ``offset`` on (only the rows from there)."""
-        store = self._store
-        with store._reading("read") as conn:
-            rows = run(
-                conn, store._sql.tail, {"k": key.encode(), "o": offset}, binary=True
-            ).fetchall()
+        db = self._db
+        with db.reading("read") as conn:
+            rows = run(conn, db.sql.tail, {"k": key.encode(), "o": offset}, binary=True).fetchall()
         if not rows:
             raise SessionNotFoundError(key)
         return tail_bytes(rows, offset)
 
     def exists(self, key: str) -> bool:
         """One indexed lookup of the session row."""
-        store = self._store
-        with store._reading("read") as conn:
-            return run(conn, store._sql.exists, (key.encode(),)).fetchone() is not None
+        db = self._db
+        with db.reading("read") as conn:
+            return run(conn, db.sql.exists, (key.encode(),)).fetchone() is not None
 
     def quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
         """A row in the quarantine table."""
-        store = self._store
-        with store._reading("quarantine") as conn:
-            conn.execute(store._sql.quarantine, (key.encode(), reason, line, offset, data))
+        db = self._db
+        with db.reading("quarantine") as conn:
+            conn.execute(db.sql.quarantine, (key.encode(), reason, line, offset, data))
         return f"quarantine table, {self.describe(key)}"
 
     def list_keys(self) -> list[str]:
         """Every session row's key."""
-        store = self._store
-        with store._reading("list") as conn:
-            return [bytes(r[0]).decode() for r in conn.execute(store._sql.keys, binary=True)]
+        db = self._db
+        with db.reading("list") as conn:
+            return [bytes(r[0]).decode() for r in conn.execute(db.sql.keys, binary=True)]
 
     def remove(self, key: str) -> bool:
         """The session's rows and quarantine, in one transaction under the row lock."""
-        store, kb = self._store, key.encode()
-        with store._connection("delete") as conn:
-            conn.execute(store._sql.unquarantine, (kb,))
-            if conn.execute(store._sql.lock_only, (kb,)).fetchone() is None:
+        db, kb = self._db, key.encode()
+        with db.connection("delete") as conn:
+            conn.execute(db.sql.unquarantine, (kb,))
+            if conn.execute(db.sql.lock_only, (kb,)).fetchone() is None:
                 return False
-            conn.execute(store._sql.delete_events, (kb,))
-            return bool(conn.execute(store._sql.delete, (kb,)).rowcount > 0)
+            conn.execute(db.sql.delete_events, (kb,))
+            return bool(conn.execute(db.sql.delete, (kb,)).rowcount > 0)
 
     def trash(self) -> _PgTrash:
         """The trash table."""
@@ -106,27 +131,27 @@ class PgBackend(Backend):
 
     def snapshot_bytes(self, key: str) -> bytes | None:
         """The session row's snapshot column."""
-        store = self._store
-        with store._reading("read snapshot") as conn:
-            row = conn.execute(store._sql.snapshot, (key.encode(),), binary=True).fetchone()
+        db = self._db
+        with db.reading("read snapshot") as conn:
+            row = conn.execute(db.sql.snapshot, (key.encode(),), binary=True).fetchone()
         return None if row is None else bytes(row[0])
 
     def put_snapshot(self, key: str, data: bytes | None) -> None:
         """Store (or remove) the snapshot, with the seq it was taken at."""
-        store = self._store
-        with store._reading("write snapshot") as conn:
+        db = self._db
+        with db.reading("write snapshot") as conn:
             if data is None:
-                conn.execute(store._sql.drop_snapshot, {"k": key.encode()})
+                conn.execute(db.sql.drop_snapshot, {"k": key.encode()})
             elif is_index_snapshot(data):  # its records were written first
                 seq = snapshot_seq(data, INDEX_MAGIC)
-                conn.execute(store._sql.put_snapshot, (data, seq, key.encode()))
+                conn.execute(db.sql.put_snapshot, (data, seq, key.encode()))
             else:
                 args = {"k": key.encode(), "d": data, "seq": snapshot_seq(data)}
-                conn.execute(store._sql.put_snapshot_only, args)
+                conn.execute(db.sql.put_snapshot_only, args)
 
     def index_files(self, key: str) -> PgIndexFiles:
         """The session's record files, rows of ``snapshot_records`` (read when first used)."""
-        return PgIndexFiles(self._store, key)
+        return self._make_index(key)
 
     def catalog_source(self) -> _PgCatalog:
         """The session rows as the generic catalog reads them."""
@@ -136,13 +161,13 @@ class PgBackend(Backend):
 class _PgCatalog(KeyScan):
     def __init__(self, backend: PgBackend) -> None:
         super().__init__(backend)
-        self._store = backend._store
+        self._db = backend._db
 
     def scan_logs(self) -> list[LogStat]:
         """Every session's log length (one query; ``ino`` changes when a key is recreated)."""
-        store = self._store
-        with store._reading("list") as conn:
-            rows = conn.execute(store._sql.scan, binary=True).fetchall()
+        db = self._db
+        with db.reading("list") as conn:
+            rows = conn.execute(db.sql.scan, binary=True).fetchall()
         return [
             LogStat(
                 bytes(r[0]).decode(),
@@ -159,58 +184,60 @@ class _PgCatalog(KeyScan):
 
     def catalog_bytes(self) -> bytes | None:
         """The stored catalog blob (the generic catalog's cache)."""
-        store = self._store
-        with store._reading("read catalog") as conn:
-            row = conn.execute(store._sql.catalog, binary=True).fetchone()
+        db = self._db
+        with db.reading("read catalog") as conn:
+            row = conn.execute(db.sql.catalog, binary=True).fetchone()
         return None if row is None else bytes(row[0])
 
     def put_catalog(self, data: bytes) -> None:
         """Store the catalog blob."""
-        store = self._store
-        with store._reading("write catalog") as conn:
-            conn.execute(store._sql.put_catalog, (data,))
+        db = self._db
+        with db.reading("write catalog") as conn:
+            conn.execute(db.sql.put_catalog, (data,))
 
 
 class _PgTrash(TrashBin):
-    def __init__(self, backend: PgBackend) -> None:
+    def __init__(self, backend: PgBackend, import_log: Callable[[str, bytes], str]) -> None:
         super().__init__()
-        self._store = backend._store
+        self._db = backend._db
+        self._describe = backend.describe
+        self._import = import_log
 
     def put(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
         """Copy the log into the trash table and remove the session, in one transaction."""
-        store, kb = self._store, key.encode()
-        with store._connection("trash") as conn:  # one transaction: in the store or in the trash
-            conn.execute(store._sql.lock_only, (kb,))
-            data = b"".join(bytes(r[0]) for r in conn.execute(store._sql.lines, (kb,), binary=True))
-            conn.execute(store._sql.trash, (kb, entry_id, when, reason, data))
-            conn.execute(store._sql.unquarantine, (kb,))
-            conn.execute(store._sql.delete_events, (kb,))
-            conn.execute(store._sql.delete, (kb,))
-        return f"{store._describe(key)} (trash {entry_id})"
+        db, kb = self._db, key.encode()
+        with db.connection("trash") as conn:  # one transaction: in the store or in the trash
+            conn.execute(db.sql.lock_only, (kb,))
+            data = b"".join(bytes(r[0]) for r in conn.execute(db.sql.lines, (kb,), binary=True))
+            conn.execute(db.sql.trash, (kb, entry_id, when, reason, data))
+            conn.execute(db.sql.unquarantine, (kb,))
+            conn.execute(db.sql.delete_events, (kb,))
+            conn.execute(db.sql.delete, (kb,))
+        return f"{self._describe(key)} (trash {entry_id})"
 
     def take_back(self, entry: TrashEntry) -> None:
         """Import the trashed log under its key, then drop the entry."""
-        store = self._store
-        with store._connection("restore") as conn:
-            row = conn.execute(store._sql.trash_data, (entry.id,), binary=True).fetchone()
+        db = self._db
+        with db.connection("restore") as conn:
+            row = conn.execute(db.sql.trash_data, (entry.id,), binary=True).fetchone()
         if row is None:
             raise SessionNotFoundError(f"trash entry {entry.id}")
-        if store.import_bytes(entry.key, bytes(row[0])) == "clash":
+        if self._import(entry.key, bytes(row[0])) == "clash":
             raise InvalidEventError(f"cannot restore {entry.key!r}: a session with that key exists")
         self.purge(entry)
 
     def purge(self, entry: TrashEntry) -> None:
         """Drop the entry's row."""
-        store = self._store
-        with store._reading("purge") as conn:
-            conn.execute(store._sql.trash_drop, (entry.id,))
+        db = self._db
+        with db.reading("purge") as conn:
+            conn.execute(db.sql.trash_drop, (entry.id,))
 
     def entries(self) -> list[TrashEntry]:
         """Every row of the trash table."""
-        store = self._store
-        with store._reading("trash") as conn:
-            rows = conn.execute(store._sql.trash_list, binary=True).fetchall()
+        db = self._db
+        with db.reading("trash") as conn:
+            rows = conn.execute(db.sql.trash_list, binary=True).fetchall()
         return [
-            TrashEntry(str(r[0]), bytes(r[1]).decode(), r[2], str(r[3]), f"{store._where} trash")
+            TrashEntry(str(r[0]), bytes(r[1]).decode(), r[2], str(r[3]), f"{db.where} trash")
             for r in rows
         ]

@@ -24,8 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +43,7 @@ from ._fold import SessionState, fold, initial_state
 from ._indexsnap import IndexMeta, decode_meta, is_index_snapshot
 from ._keystore import KeyProvider, KeyStore
 from ._names import check_key
-from ._pg_backend import PgBackend
+from ._pg_backend import PgBackend, read_lines
 from ._pg_common import (
     CatalogRecord,
     Loaded,
@@ -58,35 +57,28 @@ from ._pg_common import (
     require_psycopg,
     run,
     text,
-    translate,
 )
+from ._pg_conn import PgConnections
 from ._pg_index import PgIndexFiles, open_indexed
-from ._pg_io import _PgIO, idle_ok
+from ._pg_io import _PgIO
 from ._pg_notify import NotifyWaker
-from ._pg_schema import is_current, migrate
 from ._pg_writer import PgSessionWriter
 from ._snapshot import Anchored, SnapshotError, check_anchor, decode_snapshot, resume
 from ._store import BaseStore
 from ._store_types import CutReport, OpenReport, RawSession
 from ._tokens import TokenCounter
 from ._views import withheld
-from ._writer import Durability, SessionWriter
+from ._writer import Durability, SessionWriter, check_durability
 
 if TYPE_CHECKING:
     import psycopg
-    import psycopg_pool
 
 
-def _idle_status(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
-    """Whether ``conn`` is outside any transaction (rolling back one left open, if it can)."""
-    import psycopg
-
-    idle = psycopg.pq.TransactionStatus.IDLE
-    if conn.info.transaction_status == idle:
-        return True
-    with contextlib.suppress(Exception):
-        conn.rollback()
-    return bool(conn.info.transaction_status == idle)
+def _alive(ref: weakref.ref[PostgresStore]) -> PostgresStore:
+    store = ref()
+    if store is None:
+        raise StoreClosedError("the store is gone")
+    return store
 
 
 class PostgresStore(BaseStore):
@@ -124,187 +116,51 @@ class PostgresStore(BaseStore):
         key_store: KeyStore | None = None,
     ) -> None:
         require_psycopg()
-        super().__init__(
-            PgBackend(self), durability=durability, hash_key=hash_key, token_counter=token_counter
+        if not schema or len(schema) > 40:
+            raise InvalidEventError(f"schema must be 1 to 40 characters, not {schema!r}")
+        durability = check_durability(durability)
+        self.target = PgTarget(dsn, schema, connect_timeout)
+        self.schema = schema
+        self._db = db = PgConnections(
+            self.target, pool_size=pool_size, synchronous=durability != "none"
         )
-        self._privacy.use_keys(key_provider, key_store)
+        self._where = db.where
+        self._sql = db.sql
+        # The connection helpers, bound once (the writers and the index lend through them).
+        self._getconn = db.getconn
+        self._putconn = db.putconn
+        self._held_connection = db.held_connection
+        self._connection = db.connection
+        self._reading = db.reading
+        store = weakref.ref(self)  # the backend holds the store weakly: no cycle
+
+        def make_io(key: str) -> _PgIO:
+            return _PgIO(_alive(store), key)
+
+        def make_index(key: str) -> PgIndexFiles:
+            return PgIndexFiles(_alive(store), key)
+
+        def import_log(key: str, data: bytes) -> str:
+            return _alive(store).import_bytes(key, data)
+
+        backend = PgBackend(db, make_io=make_io, make_index=make_index, import_log=import_log)
+        try:
+            super().__init__(
+                backend, durability=durability, hash_key=hash_key, token_counter=token_counter
+            )
+            self._privacy.use_keys(key_provider, key_store)
+        except BaseException:
+            db.close()  # a refused argument leaves no connection open
+            raise
         #: The one writer per session this store hands out (its log is in ``_writers``).
         self._pg_writers: dict[str, PgSessionWriter] = {}
 
-        if not schema or len(schema) > 40:
-            raise InvalidEventError(f"schema must be 1 to 40 characters, not {schema!r}")
-        self.target = PgTarget(dsn, schema, connect_timeout)
-        self.schema = schema
-        self._where = self.target.where
-        self._sql = self.target.statements()
-        # The first connection (made here, so a bad DSN fails fast and clearly) checks the
-        # schema, then stays the store's own: lent before any pooled one, so a store used by
-        # one thread at a time (a CLI run, a single agent) connects once and never starts the
-        # pool's threads. The pool opens, with its own connections, when that one is busy.
-        conn = self.target.connect()
-        try:
-            if not is_current(conn, schema):  # the usual case costs one query
-                migrate(conn, schema, self._where)
-            self._configure(conn)
-        except Exception as exc:
-            conn.close()
-            raise translate(exc, self._where, "migrate") from exc
-        #: The store's own connection while it is not lent out (a list: pop and append are
-        #: atomic across threads), and which connection that is.
-        self._idle_own: list[psycopg.Connection[tuple[Any, ...]]] = [conn]
-        self._own: psycopg.Connection[tuple[Any, ...]] | None = conn
-        self._pool_size = max(1, pool_size)
-        self._pool = self._new_pool()
-        self._pool_open = False
-        # A forked child must never use its parent's connections (the sockets are shared):
-        # it gets a pool of its own on first use, and leaves the parent's untouched.
-        self._pid = os.getpid()
-        self._parents_pools: list[Any] = []
-        #: The connections each thread holds, newest last (see :meth:`_held_connection`).
-        self._held = threading.local()
-        #: The thread each lent connection was lent to (by the connection's id).
-        self._lent: dict[int, int] = {}
-
-    def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """Set up a new connection (``durability="none"``: commits without waiting on the WAL
-        flush)."""
-        if self.durability == "none":
-            conn.execute("SET synchronous_commit TO off")
-            conn.commit()
-
-    def _new_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
-        """The pool lent from when the store's own connection is busy (opened on first use;
-        with it, at most ``pool_size`` connections, or 2 for ``pool_size=1``)."""
-        import psycopg_pool
-
-        return psycopg_pool.ConnectionPool(
-            self.target.dsn,
-            kwargs=self.target.connect_kwargs(),
-            min_size=0,
-            max_size=max(1, self._pool_size - 1),
-            open=False,
-            timeout=max(self.target.connect_timeout, 1.0) * 2,
-            configure=self._configure,
-            name=f"sessionlog-{self.schema}",
-        )
-
-    def _after_fork(self) -> None:
-        """In a forked child: a pool of this process's own, and no own connection (the
-        parent's are kept, unused and unclosed: closing them would end the parent's sessions
-        on the shared sockets)."""
-        with self._mutex:
-            if self._pid == os.getpid():
-                return
-            self._parents_pools.append((self._pool, self._own))
-            self._idle_own, self._own = [], None
-            self._pool = self._new_pool()
-            self._pool_open = False
-            self._pid = os.getpid()
+    def _forked(self) -> None:
+        super()._forked()
+        self._db.forked()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r}, durability={self.durability!r})"
-
-    # -- connections -------------------------------------------------------------------------
-
-    def _held_connection(self) -> psycopg.Connection[tuple[Any, ...]] | None:
-        """The connection this thread holds, if any: a lazy read made while holding one (a
-        preview computed in an append reads message bodies) runs on it rather than waiting
-        on the pool for a second."""
-        held: list[psycopg.Connection[tuple[Any, ...]]] | None = getattr(self._held, "conns", None)
-        me = threading.get_ident()
-        while held:
-            conn = held[-1]
-            if self._lent.get(id(conn)) == me:
-                return conn
-            held.pop()  # given back by another thread: no longer this one's to use
-        return None
-
-    def _getconn(self) -> psycopg.Connection[tuple[Any, ...]]:
-        conn = self._lend()
-        held = getattr(self._held, "conns", None)
-        if held is None:
-            held = self._held.conns = []
-        held.append(conn)
-        self._lent[id(conn)] = threading.get_ident()
-        return conn
-
-    def _lend(self) -> psycopg.Connection[tuple[Any, ...]]:
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-        if self._pid != os.getpid():
-            self._after_fork()
-        try:
-            conn = self._idle_own.pop()
-        except IndexError:
-            pass
-        else:
-            if idle_ok(conn):
-                return conn
-            # The server ended it while it was idle: nothing was sent on it, so drop it and
-            # lend from the pool from now on.
-            self._own = None
-            with contextlib.suppress(Exception):
-                conn.close()
-        try:
-            if not self._pool_open:
-                with self._mutex:
-                    if not self._pool_open:
-                        self._pool.open()
-                        self._pool_open = True
-            for _ in range(4):
-                conn = self._pool.getconn()
-                if idle_ok(conn):
-                    return conn
-                # The server ended this session while it sat in the pool: nothing was sent
-                # on it yet, so drop it and take another.
-                with contextlib.suppress(Exception):
-                    conn.close()
-                self._putconn(conn)
-            return self._pool.getconn()
-        except Exception as exc:
-            raise translate(exc, self._where, "connect") from exc
-
-    def _putconn(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        self._lent.pop(id(conn), None)
-        held = getattr(self._held, "conns", None)
-        if held:
-            for i in range(len(held) - 1, -1, -1):
-                if held[i] is conn:
-                    del held[i]
-                    break
-        if conn is self._own:
-            if not self._closed and not conn.closed and not conn.broken and _idle_status(conn):
-                self._idle_own.append(conn)
-                return
-            self._own = None  # store closed, or lost or left mid-transaction: close it
-            with contextlib.suppress(Exception):
-                conn.close()
-            return
-        with contextlib.suppress(Exception):
-            self._pool.putconn(conn)
-
-    @contextlib.contextmanager
-    def _connection(self, action: str) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
-        """A pooled connection inside one transaction (for work of several statements)."""
-        conn = self._getconn()
-        try:
-            with conn.transaction():
-                yield conn
-        except Exception as exc:
-            raise translate(exc, self._where, action) from exc
-        finally:
-            self._putconn(conn)
-
-    @contextlib.contextmanager
-    def _reading(self, action: str) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
-        """A pooled connection for one statement (autocommit: no BEGIN/COMMIT round trips)."""
-        conn = self._getconn()
-        try:
-            yield conn
-        except Exception as exc:
-            raise translate(exc, self._where, action) from exc
-        finally:
-            self._putconn(conn)
 
     # -- reading on one connection -------------------------------------------------------------
 
@@ -411,8 +267,7 @@ class PostgresStore(BaseStore):
         return None if loaded is None else loaded.state
 
     def _read_on(self, conn: psycopg.Connection[tuple[Any, ...]], kb: bytes) -> bytes | None:
-        rows = conn.execute(self._sql.lines, (kb,), binary=True).fetchall()
-        return b"".join(r[0] for r in rows) if rows else None
+        return read_lines(conn, self._sql, kb)
 
     def _create(
         self, conn: psycopg.Connection[tuple[Any, ...]], key: str, state: SessionState, line: bytes
@@ -659,18 +514,9 @@ class PostgresStore(BaseStore):
             yield writer
 
     def close(self) -> None:
-        """Close every writer, then the connection pool."""
+        """Close every writer, then the connections."""
+        self._db.closed = True  # lend nothing more from now on, as the store refuses writers
         try:
             super().close()
         finally:
-            if self._pid == os.getpid():  # never close a parent's connections from a child
-                try:  # lent out, it is closed when it comes back (the store is closed)
-                    own: psycopg.Connection[tuple[Any, ...]] | None = self._idle_own.pop()
-                except IndexError:
-                    own = None
-                if own is not None:
-                    self._own = None
-                    with contextlib.suppress(Exception):
-                        own.close()
-                if self._pool_open:
-                    self._pool.close(timeout=5.0)
+            self._db.close()

@@ -1008,10 +1008,10 @@ def test_one_thread_uses_the_stores_own_connection_and_no_pool(
     assert projections_list(pg) == ["own:1"]
     pid = _pool_pid(pg)
     assert {_pool_pid(pg) for _ in range(3)} == {pid}  # always the same one
-    assert not pg._pool_open and threading.active_count() <= before  # no pool threads
+    assert not pg._db.pool_open and threading.active_count() <= before  # no pool threads
     held = pg._getconn()  # the own connection is busy: the pool lends another
     other = pg._getconn()
-    assert pg._pool_open and other.info.backend_pid != held.info.backend_pid
+    assert pg._db.pool_open and other.info.backend_pid != held.info.backend_pid
     pg._putconn(other)
     pg._putconn(held)
     assert _pool_pid(pg) == pid

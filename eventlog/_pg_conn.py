@@ -1,0 +1,239 @@
+"""The PostgreSQL store's connections: its own first connection, then a pool, per process.
+
+Rules:
+- The first connection (made when the store is, so a bad DSN fails fast and clearly) checks
+  and migrates the schema, then stays the store's own: lent before any pooled one, so a store
+  used by one thread at a time (a CLI run, a single agent) connects once and never starts the
+  pool's threads. The pool opens, with its own connections, when that one is busy; with it,
+  at most ``pool_size`` connections (2 for ``pool_size=1``).
+- A connection the server ended while idle was sent nothing: it is dropped, another lent.
+- Each thread's lent connections are known (newest last): a lazy read made while a thread
+  holds one (a preview computed in an append reads message bodies) runs on it
+  (:meth:`PgConnections.held_connection`) rather than waiting on the pool for a second.
+- A forked child never uses its parent's connections (the sockets are shared): it gets a pool
+  of its own on first use, and leaves the parent's unused and unclosed.
+- ``durability="none"``: every connection commits without waiting on the WAL flush.
+- Every error becomes the library's (``translate``), naming the database and the action.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._errors import StoreClosedError
+from ._pg_common import PgTarget, translate
+from ._pg_io import idle_ok
+from ._pg_schema import is_current, migrate
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+    Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+def _idle_status(conn: Conn) -> bool:
+    """Whether ``conn`` is outside any transaction (rolling back one left open, if it can)."""
+    import psycopg
+
+    idle = psycopg.pq.TransactionStatus.IDLE
+    if conn.info.transaction_status == idle:
+        return True
+    with contextlib.suppress(Exception):
+        conn.rollback()
+    return bool(conn.info.transaction_status == idle)
+
+
+class PgConnections:
+    """The connections of one store to its database (see the module's rules)."""
+
+    def __init__(self, target: PgTarget, *, pool_size: int, synchronous: bool) -> None:
+        self.target = target
+        self.where = target.where
+        #: The store's statements, rendered once.
+        self.sql = target.statements()
+        #: Set when the store closes: nothing more is lent, the own connection closes on return.
+        self.closed = False
+        self._synchronous = synchronous
+        self._mutex = threading.RLock()
+        conn = target.connect()
+        try:
+            if not is_current(conn, target.schema):  # the usual case costs one query
+                migrate(conn, target.schema, self.where)
+            self.configure(conn)
+        except Exception as exc:
+            conn.close()
+            raise translate(exc, self.where, "migrate") from exc
+        #: The own connection while it is not lent out (a list: pop and append are atomic
+        #: across threads), and which connection that is.
+        self._idle_own: list[Conn] = [conn]
+        self._own: Conn | None = conn
+        self._pool_size = max(1, pool_size)
+        self._pool = self._new_pool()
+        self.pool_open = False
+        self._pid = os.getpid()
+        self._parents_pools: list[Any] = []
+        #: The connections each thread holds, newest last (see :meth:`held_connection`).
+        self._held = threading.local()
+        #: The thread each lent connection was lent to (by the connection's id).
+        self._lent: dict[int, int] = {}
+
+    def configure(self, conn: Conn) -> None:
+        """Set up a new connection (``durability="none"``: commits without waiting on the WAL
+        flush)."""
+        if not self._synchronous:
+            conn.execute("SET synchronous_commit TO off")
+            conn.commit()
+
+    def _new_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
+        """The pool lent from when the own connection is busy (opened on first use)."""
+        import psycopg_pool
+
+        return psycopg_pool.ConnectionPool(
+            self.target.dsn,
+            kwargs=self.target.connect_kwargs(),
+            min_size=0,
+            max_size=max(1, self._pool_size - 1),
+            open=False,
+            timeout=max(self.target.connect_timeout, 1.0) * 2,
+            configure=self.configure,
+            name=f"sessionlog-{self.target.schema}",
+        )
+
+    def forked(self) -> None:
+        """In a forked child, before anything else: a fresh lock (the parent's may be held)."""
+        self._mutex = threading.RLock()
+
+    def _after_fork(self) -> None:
+        """In a forked child: a pool of this process's own, and no own connection (the
+        parent's are kept, unused and unclosed: closing them would end the parent's sessions
+        on the shared sockets)."""
+        with self._mutex:
+            if self._pid == os.getpid():
+                return
+            self._parents_pools.append((self._pool, self._own))
+            self._idle_own, self._own = [], None
+            self._pool = self._new_pool()
+            self.pool_open = False
+            self._pid = os.getpid()
+
+    def held_connection(self) -> Conn | None:
+        """The connection this thread holds, if any (see the module's rules)."""
+        held: list[Conn] | None = getattr(self._held, "conns", None)
+        me = threading.get_ident()
+        while held:
+            conn = held[-1]
+            if self._lent.get(id(conn)) == me:
+                return conn
+            held.pop()  # given back by another thread: no longer this one's to use
+        return None
+
+    def getconn(self) -> Conn:
+        """A connection for this thread: the own one when idle, else one from the pool."""
+        conn = self._lend()
+        held = getattr(self._held, "conns", None)
+        if held is None:
+            held = self._held.conns = []
+        held.append(conn)
+        self._lent[id(conn)] = threading.get_ident()
+        return conn
+
+    def _lend(self) -> Conn:
+        if self.closed:
+            raise StoreClosedError("the store is closed")
+        if self._pid != os.getpid():
+            self._after_fork()
+        try:
+            conn = self._idle_own.pop()
+        except IndexError:
+            pass
+        else:
+            if idle_ok(conn):
+                return conn
+            # The server ended it while it was idle: nothing was sent on it, so drop it and
+            # lend from the pool from now on.
+            self._own = None
+            with contextlib.suppress(Exception):
+                conn.close()
+        try:
+            if not self.pool_open:
+                with self._mutex:
+                    if not self.pool_open:
+                        self._pool.open()
+                        self.pool_open = True
+            for _ in range(4):
+                conn = self._pool.getconn()
+                if idle_ok(conn):
+                    return conn
+                # The server ended this session while it sat in the pool: nothing was sent
+                # on it yet, so drop it and take another.
+                with contextlib.suppress(Exception):
+                    conn.close()
+                self.putconn(conn)
+            return self._pool.getconn()
+        except Exception as exc:
+            raise translate(exc, self.where, "connect") from exc
+
+    def putconn(self, conn: Conn) -> None:
+        """Give back a connection :meth:`getconn` lent."""
+        self._lent.pop(id(conn), None)
+        held = getattr(self._held, "conns", None)
+        if held:
+            for i in range(len(held) - 1, -1, -1):
+                if held[i] is conn:
+                    del held[i]
+                    break
+        if conn is self._own:
+            if not self.closed and not conn.closed and not conn.broken and _idle_status(conn):
+                self._idle_own.append(conn)
+                return
+            self._own = None  # store closed, or lost or left mid-transaction: close it
+            with contextlib.suppress(Exception):
+                conn.close()
+            return
+        with contextlib.suppress(Exception):
+            self._pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def connection(self, action: str) -> Iterator[Conn]:
+        """A connection inside one transaction (for work of several statements)."""
+        conn = self.getconn()
+        try:
+            with conn.transaction():
+                yield conn
+        except Exception as exc:
+            raise translate(exc, self.where, action) from exc
+        finally:
+            self.putconn(conn)
+
+    @contextlib.contextmanager
+    def reading(self, action: str) -> Iterator[Conn]:
+        """A connection for one statement (autocommit: no BEGIN/COMMIT round trips)."""
+        conn = self.getconn()
+        try:
+            yield conn
+        except Exception as exc:
+            raise translate(exc, self.where, action) from exc
+        finally:
+            self.putconn(conn)
+
+    def close(self) -> None:
+        """Close the own connection (when lent out: when it comes back) and the pool; in a
+        forked child, nothing of the parent's."""
+        self.closed = True
+        if self._pid != os.getpid():
+            return
+        try:
+            own: Conn | None = self._idle_own.pop()
+        except IndexError:
+            own = None
+        if own is not None:
+            self._own = None
+            with contextlib.suppress(Exception):
+                own.close()
+        if self.pool_open:
+            self._pool.close(timeout=5.0)
