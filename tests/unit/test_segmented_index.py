@@ -162,6 +162,30 @@ def test_a_damaged_index_of_a_log_in_segments_is_not_used(tmp_path: Path) -> Non
     _same_as_full(tmp_path, at_least=80)
 
 
+def test_a_stale_index_of_a_log_in_segments_is_ignored(tmp_path: Path) -> None:
+    """The live segment cut back below the snapshot's line: the index is stale, opening reads
+    the log instead, and the next snapshot replaces it."""
+    _fill(_store(tmp_path), 80)
+    assert _store(tmp_path).write_snapshot(KEY).seq == 80
+    live = tmp_path / f"{STEM}.jsonl"
+    data = live.read_bytes()
+    assert data.count(b"\n") > 4  # the cut stays in the live segment
+    keep = len(data)
+    for _ in range(3):
+        keep = data.rfind(b"\n", 0, keep - 1) + 1
+    os.truncate(live, keep)
+    store = _store(tmp_path)
+    status = store.snapshot_status(KEY)
+    assert status.health == "stale" and status.seq == 80
+    loaded = store.load(KEY)
+    assert loaded.snapshot_seq == 0 and loaded.state.seq == 77
+    full = _store(tmp_path).load(KEY, snapshot=False).state
+    assert _untimed(loaded.state) == _untimed(full)
+    assert not replay.verify(_store(tmp_path)).ok  # the snapshot is past the log: reported
+    assert _store(tmp_path).write_snapshot(KEY).written
+    assert _same_as_full(tmp_path, at_least=77).seq == 77
+
+
 def test_a_planted_index_is_refused(tmp_path: Path) -> None:
     _fill(_store(tmp_path), 80)
     assert _store(tmp_path).write_snapshot(KEY).written
