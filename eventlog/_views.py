@@ -340,10 +340,14 @@ class SnapshotViews:
             return False
         try:
             # Not extended: another writer may have indexed up to this very state; use it then.
-            self._extend_index(key, state)
+            extended = self._extend_index(key, state)
             meta = self.read_snapshot(key)
-            if isinstance(meta, IndexMeta) and meta.seq > state.seq:
-                return None  # another writer indexed past this state meanwhile
+            if isinstance(meta, IndexMeta) and (
+                meta.seq > state.seq or (extended and meta.seq != state.seq)
+            ):
+                # Another writer indexed past this state, or put its older snapshot over the
+                # one just written: a race lost, not a state that cannot settle.
+                return None
             if not isinstance(meta, IndexMeta) or (meta.seq, meta.head) != (state.seq, state.head):
                 return False
             opened = open_state(files, meta, self._hash_key)

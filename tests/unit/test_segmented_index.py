@@ -255,8 +255,9 @@ def _append_many(root: str, who: str, n: int) -> None:
         for i in range(n):
             w.append_message("user", f"{who}-{i} " + "w" * 40, id=f"{who}-{i}")
             held = max(held, len(w.state.messages.in_memory))
-        # it settled all along: a race lost to the other process is retried at once
-        assert _indexed(w.state) and held <= 64, held
+        # it settled again and again (never settling, each would hold ~400); the bound leaves
+        # room for a loaded machine, where settles lose more races to the other process
+        assert _indexed(w.state) and held <= 160, held
     store.close()
 
 
