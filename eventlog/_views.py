@@ -167,29 +167,56 @@ class SnapshotViews:
             done = self._write_index_snapshot(key, files, rebuild)
             if done is not None:
                 return done
+        taken = self._fold_to_snapshot(key, rebuild, index=False)
+        if isinstance(taken, SnapshotStatus):
+            return taken
+        header, state, anchor = taken.header, taken.state, taken.anchor
+
+        def encode() -> bytes:
+            snapshot = self._store._privacy.seal_snapshot(key, make_snapshot(header, state, anchor))
+            return encode_snapshot(snapshot, self._hash_key)
+
+        return self._put(key, anchor.seq, encode, (msgspec.EncodeError, OverflowError))
+
+    def _fold_to_snapshot(self, key: str, rebuild: bool, *, index: bool) -> _Taken | SnapshotStatus:
+        """What a new snapshot of ``key`` is taken from: the stored snapshot (an index one when
+        ``index``) extended by the log lines after it, else (or with ``rebuild``) the whole log
+        folded; a status instead when there is nothing new to write. A bad line is a
+        :class:`CorruptLogError` (nothing is written)."""
         restored = None if rebuild else self.restore(key, None)
-        if restored is not None:
-            snap, tail, decoded, state = restored
+        if restored is not None and (not index or isinstance(restored[0], IndexMeta)):
+            base, tail, decoded, state = restored
             self._refuse_bad_line(key, decoded)
             if not decoded.events:
-                return SnapshotStatus(key, "valid", snap.seq)
-            header = snap.header
-            anchor = anchor_of(tail, snap.line_start, decoded, anchor_from(snap))
+                return SnapshotStatus(key, "valid", base.seq)
+            anchor = anchor_of(tail, base.line_start, decoded, anchor_from(base))
+            extended: Snapshot | IndexMeta | None = base
+            data, start, header = tail, base.line_start, base.header
         else:
             data, decoded, header, state = self._fold_whole_log(key)
-            anchor = anchor_of(data, 0, decoded, None)
+            extended, start, anchor = None, 0, anchor_of(data, 0, decoded, None)
         if anchor is None:
             return SnapshotStatus(key, "missing", reason="the log has no events")
         _at_anchor(state, anchor)
+        return _Taken(extended, data, start, decoded, header, state, anchor)
+
+    def _put(
+        self,
+        key: str,
+        seq: int,
+        encode: Callable[[], bytes],
+        refused: tuple[type[Exception], ...],
+    ) -> SnapshotStatus:
+        """Store the snapshot ``encode`` gives (taken at ``seq``); a state it cannot encode
+        (``refused``) leaves no snapshot, and says why."""
         try:
-            snapshot = self._store._privacy.seal_snapshot(key, make_snapshot(header, state, anchor))
-            blob = encode_snapshot(snapshot, self._hash_key)
-        except (msgspec.EncodeError, OverflowError) as exc:
+            blob = encode()
+        except refused as exc:
             self._backend.put_snapshot(key, None)
             return SnapshotStatus(key, "missing", reason=f"state cannot be snapshotted: {exc}")
         self._backend.put_snapshot(key, blob)
-        self.seqs[key] = anchor.seq
-        return SnapshotStatus(key, "valid", anchor.seq, written=True)
+        self.seqs[key] = seq
+        return SnapshotStatus(key, "valid", seq, written=True)
 
     def _refuse_bad_line(self, key: str, decoded: Decoded) -> None:
         """A snapshot is never written over a log with a bad line: CorruptLogError naming it."""
@@ -211,47 +238,33 @@ class SnapshotViews:
     ) -> SnapshotStatus | None:
         """An index snapshot (None: the session is sealed, erased or redacted; those keep
         format-2 snapshots, whose messages carry what the fold withheld)."""
-        restored = None if rebuild else self.restore(key, None)
-        if restored is not None and isinstance(restored[0], IndexMeta):
-            base = restored[0]
-            _, tail, decoded, state = restored
-            self._refuse_bad_line(key, decoded)
-            if not decoded.events:
-                return SnapshotStatus(key, "valid", base.seq)
-            header = base.header
-            anchor = anchor_of(tail, base.line_start, decoded, anchor_from(base))
-            first = base.offset - base.line_start
-            spans = line_spans(tail, first, len(decoded.events), base.line_start)
-            meta: IndexMeta | None = base
-        else:
-            tail, decoded, header, state = self._fold_whole_log(key)
-            anchor = anchor_of(tail, 0, decoded, None)
-            spans = line_spans(tail, tail.index(b"\n") + 1, len(decoded.events), 0)
-            meta = None
-        if anchor is None:
-            return SnapshotStatus(key, "missing", reason="the log has no events")
-        if withheld(state):
+        taken = self._fold_to_snapshot(key, rebuild, index=True)
+        if isinstance(taken, SnapshotStatus):
+            return taken
+        if withheld(taken.state):
             return None
-        _at_anchor(state, anchor)
-        try:
-            blob = write_index(
+        base = cast("IndexMeta | None", taken.base)
+        decoded, tail = taken.decoded, taken.data
+        first = base.offset - base.line_start if base is not None else tail.index(b"\n") + 1
+        spans = line_spans(tail, first, len(decoded.events), taken.start)
+        header, anchor = taken.header, taken.anchor
+
+        def encode() -> bytes:
+            return write_index(
                 files,
                 header=header,
-                state=state,
+                state=taken.state,
                 anchor=anchor,
                 events=decoded.events,
                 spans=spans,
-                base=meta,
+                base=base,
                 hash_key=self._hash_key,
                 seal=self._index_seal(bool(header.sealing)),
                 links=decoded.links,
             )
-        except (SnapshotError, msgspec.EncodeError, OverflowError) as exc:
-            self._backend.put_snapshot(key, None)
-            return SnapshotStatus(key, "missing", reason=f"state cannot be snapshotted: {exc}")
-        self._backend.put_snapshot(key, blob)
-        self.seqs[key] = anchor.seq
-        return SnapshotStatus(key, "valid", anchor.seq, written=True)
+
+        refused = (SnapshotError, msgspec.EncodeError, OverflowError)
+        return self._put(key, anchor.seq, encode, refused)
 
     # -- used by the store when opening and closing ---------------------------------------------
 
@@ -448,6 +461,21 @@ class _Settler:
             self._next = state.seq + 1
         else:
             self._wait *= 2
+
+
+@dataclass(slots=True)
+class _Taken:
+    """What a new snapshot is taken from (see :meth:`SnapshotViews._fold_to_snapshot`)."""
+
+    #: The stored snapshot extended (None: the whole log was folded).
+    base: Snapshot | IndexMeta | None
+    #: The log bytes read (from ``start``, the base's line, or 0) and their decode.
+    data: bytes
+    start: int
+    decoded: Decoded
+    header: Header
+    state: SessionState
+    anchor: Anchor
 
 
 def _at_anchor(state: SessionState, anchor: Anchor) -> None:
