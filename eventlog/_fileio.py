@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ._changes import ChangeTable, slot_of
 from ._errors import LockedError, SessionNotFoundError, StorageError
 from ._fold import SessionState
-from ._lease import LEASE_COOL, LEASE_IDLE, LEASE_MAX, LEASES
+from ._lease import LEASE_COOL, LEASE_IDLE, LEASE_MAX, LEASE_SHARED, LEASES
 from ._safeio import open_regular, read_fd, storage_error
 from ._segfiles import LiveStart, closed_parts, read_live_start, roll, rolled_away
 
@@ -801,3 +801,5 @@ class FileIO:
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)
             self._last_exit = now
+            if self.contended:  # another writer is at this log: share it finely for a while
+                self._cool_until = now + LEASE_SHARED

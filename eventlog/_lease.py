@@ -14,7 +14,7 @@ Invariants (this module owns them; :class:`~eventlog._fileio.FileIO` and
   means the next append takes the lock and checks again.
 - A lease starts only at the end of an uncontended transaction (no wait, nothing of others'
   folded in) that followed the previous one within :data:`LEASE_IDLE`: a lone append never
-  leases. Only the sync writer with durability ``"none"`` or ``"always"`` leases (``"batch"``
+  leases, and a writer that met another takes none for :data:`LEASE_SHARED`. Only the sync writer with durability ``"none"`` or ``"always"`` leases (``"batch"``
   waits for an fsync after its write, and would keep others out for it).
 - Other writers' waits stay bounded: the holder ends its lease at the first transaction that
   finishes :data:`LEASE_MAX` after it began (then leases nothing for :data:`LEASE_COOL`, so a
@@ -49,6 +49,10 @@ LEASE_IDLE: Final = 0.001
 LEASE_MAX: Final = 0.004
 #: After a lease ends by age or for a waiter, its writer takes no new one for this long.
 LEASE_COOL: Final = 0.0005
+#: A writer that waited for the lock or found another's lines takes no lease for this long:
+#: while a log is shared, its writers take turns line by line (as without leases), and each
+#: folds in a few lines at a time, not a burst's worth.
+LEASE_SHARED: Final = 0.05
 #: The reaper thread ends after this long (seconds) with no lease in the process.
 REAPER_LINGER: Final = 1.0
 #: How long a probe of a lock (``writer_lock_held``) waits for a lease to lapse.
