@@ -11,7 +11,8 @@ Rules:
   holds one (a preview computed in an append reads message bodies) runs on it
   (:meth:`PgConnections.held_connection`) rather than waiting on the pool for a second.
 - A forked child never uses its parent's connections (the sockets are shared): it gets a pool
-  of its own on first use, and leaves the parent's unused and unclosed.
+  of its own on first use, and leaves the parent's unused and unclosed; a connection the
+  forking thread held is not the child's to read on.
 - ``durability="none"``: every connection commits without waiting on the WAL flush.
 - Every error becomes the library's (``translate``), naming the database and the action.
 """
@@ -105,8 +106,12 @@ class PgConnections:
         )
 
     def forked(self) -> None:
-        """In a forked child, before anything else: a fresh lock (the parent's may be held)."""
+        """In a forked child, before anything else: a fresh lock (the parent's may be held),
+        and no connection held by any thread (the forking thread's held ones are the parent's:
+        a lazy read must not run on their sockets)."""
         self._mutex = threading.RLock()
+        self._held = threading.local()
+        self._lent = {}
 
     def _after_fork(self) -> None:
         """In a forked child: a pool of this process's own, and no own connection (the
