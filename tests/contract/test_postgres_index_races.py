@@ -83,7 +83,7 @@ def test_a_forked_child_never_reads_on_the_parents_held_connection(
                     used.append(conn)
                     return real(conn, *a, **k)
 
-                psycopg.Connection.execute = spy  # type: ignore[method-assign]
+                psycopg.Connection.execute = spy  # type: ignore[method-assign,assignment]
                 ok = w.state.messages[300].message["content"] == "question 300"
                 code = 0 if ok and used and all(c is not parent for c in used) else 3
             except BaseException:
