@@ -96,3 +96,25 @@ def test_a_forked_child_never_reads_on_the_parents_held_connection(
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert pg.load(KEY).state.messages[-1].message["content"] == "in the batch"
+
+
+def test_tampered_id_records_never_lose_an_id(make_pg: StoreFactory, dsn: str) -> None:
+    pg = make_pg()
+    _long(pg)
+    expected = pg.load(KEY, snapshot=False).state
+    table = f'"{pg.schema}".snapshot_records'
+    with psycopg.connect(dsn, autocommit=True) as conn:  # ids of another session's shape
+        conn.execute(
+            f"UPDATE {table} SET data = overlay(data placing %s from 17) WHERE name = 'ids'",
+            (b"\x00" * 32,),
+        )
+    w = make_pg().session(KEY)
+    for n in (0, 1, 60, 119):
+        m = expected.messages[n]
+        assert w.append_message("user", "again", id=m.id) == m.seq
+    assert w.seq == expected.seq
+    with psycopg.connect(dsn, autocommit=True) as conn:  # truncated
+        conn.execute(f"UPDATE {table} SET data = substring(data from 1 for 20) WHERE name = 'ids'")
+    w = make_pg().session(KEY)
+    m = expected.messages[100]
+    assert w.append_message("user", "again", id=m.id) == m.seq and w.seq == expected.seq
