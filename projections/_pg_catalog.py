@@ -85,10 +85,16 @@ def infos_from_records(records: Iterable[Any], store: Any = None) -> list[Sessio
     """The catalog rows of several records, in their order (see :func:`info_from_record`).
 
     A record listed before (the store hands out the same record object for the same key, seq
-    and head) gets the row built then: rows are frozen and a function of the record.
+    and head) gets the row built then: rows are frozen and a function of the record. A record
+    without conversations (written before the table kept them) is not: its row is completed
+    from ``store``, which another store object (one without the keys of a sealed session)
+    completes otherwise.
     """
     out: list[SessionInfo] = []
     for record in records:
+        if record.conversations is None:
+            out.append(info_from_record(record, store))
+            continue
         known = _INFOS.get(id(record))
         if known is not None and known[0] is record:
             out.append(known[1])

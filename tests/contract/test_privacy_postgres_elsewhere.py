@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 from pg_support import StoreFactory
 
@@ -40,3 +41,25 @@ def test_a_listing_after_erase_elsewhere_shows_nothing_destroyed(
         assert (row.title, row.preview) == ("", ""), store
         [conv] = projections.list_conversations(store)
         assert (conv.title, conv.preview) == ("", "")
+
+
+def test_a_row_without_conversations_is_completed_by_each_store_as_it_can(
+    make_pg: StoreFactory, dsn: str, tmp_path: Path
+) -> None:
+    """A row written before the table kept conversations is completed from the store listing
+    it: one without the keys cannot open a sealed session, one with them can, whichever lists
+    first (the rows built for a record are kept per process, not per store)."""
+    keys = FileKeyStore(tmp_path / "keys")
+    sealed = make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys)
+    with sealed.session(KEY) as s:
+        s.append_message("user", "hi")
+        s.clear(reason="new")
+        s.append_message("user", "again")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{sealed.schema}".sessions SET conversations = NULL')
+    [bare] = projections.list_sessions(make_pg())
+    assert (bare.ended, bare.conversation_start) == (0, 0)  # cannot open it
+    [row] = projections.list_sessions(sealed)
+    assert (row.ended, row.conversation_start) == (1, 2)
+    [again] = projections.list_sessions(make_pg())
+    assert (again.ended, again.conversation_start) == (0, 0)
