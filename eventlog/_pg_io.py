@@ -9,7 +9,9 @@ Invariants:
   that in and stages again (one more round trip).
 - ``store.batch(key)`` is a transaction that holds the session row's lock (``SELECT ... FOR
   UPDATE``) for the block, so the seqs its appends returned stay true; its writes go through the
-  same statement, then ``COMMIT``.
+  same statement, then ``COMMIT``. A forked child that leaves a block its parent began sends
+  nothing on that connection (no ROLLBACK, no COMMIT: the socket is the parent's) and writes
+  nothing.
 - A writer folds a staged event into its state before the commit. If the commit fails, the
   state is put back exactly as it was (:class:`Undo`), so ``writer.state`` never shows an event
   that was rolled back. If the outcome is unknown (the connection dropped while the statement
@@ -23,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import threading
 from collections.abc import Iterator, Sequence
@@ -363,6 +366,7 @@ class _PgIO:
         store = self._store
         lent = conn
         conn = lent or store._getconn()
+        pid = os.getpid()  # a forked child leaving the block sends nothing on the parent's socket
         committing = False
         try:
             try:
@@ -382,9 +386,17 @@ class _PgIO:
             try:
                 yield
             except BaseException:
-                _rollback(conn)
+                if os.getpid() == pid:
+                    _rollback(conn)
                 self._undo.undo(state)
                 raise
+            if os.getpid() != pid:
+                self._undo.undo(state)
+                raise StorageError(
+                    self.name,
+                    "append",
+                    "a batch begun before a fork is the parent's: nothing written in the child",
+                )
             if not self._pending:
                 _rollback(conn)
                 return
@@ -407,7 +419,7 @@ class _PgIO:
         finally:
             self._conn, self._owner, self._depth = None, None, 0
             self._pending, self._undo, self._state = [], None, None
-            if lent is None:
+            if lent is None and os.getpid() == pid:
                 store._putconn(conn)
 
 

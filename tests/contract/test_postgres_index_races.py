@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from pg_support import StoreFactory
 
-from sessionledger.eventlog import EventLogError, PostgresStore
+from sessionledger.eventlog import EventLogError, PostgresStore, StorageError
 
 pytestmark = pytest.mark.postgres
 
@@ -118,3 +118,49 @@ def test_tampered_id_records_never_lose_an_id(make_pg: StoreFactory, dsn: str) -
     w = make_pg().session(KEY)
     m = expected.messages[100]
     assert w.append_message("user", "again", id=m.id) == m.seq and w.seq == expected.seq
+
+
+@pytest.mark.parametrize("leaving", ["raising", "normally"])
+def test_a_forked_child_leaving_the_parents_batch_sends_nothing_on_its_connection(
+    make_pg: StoreFactory, leaving: str
+) -> None:
+    """The child of a fork inside ``store.batch`` that leaves the block (by SystemExit, or
+    normally: refused, nothing written) must not roll back or commit the parent's
+    transaction on the shared socket: the parent keeps the session's row lock until its own
+    block ends."""
+    import threading
+
+    pg = make_pg()
+    pg.session(KEY).append_message("user", "first")
+    other = make_pg()
+    parent = os.getpid()
+    done = threading.Event()
+
+    def append() -> None:
+        other.session(KEY).append_message("user", "from another writer")
+        done.set()
+
+    t = threading.Thread(target=append, daemon=True)
+    try:
+        with pg.batch(KEY) as b:
+            b.append_message("user", "in the batch")
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child leaves the block
+                if leaving == "raising":
+                    raise SystemExit(0)
+            else:
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0
+                t.start()
+                assert not done.wait(1.0)  # waits on the parent's row lock
+    except StorageError:
+        if os.getpid() != parent:  # pragma: no cover - the child, refused
+            os._exit(0)
+        raise
+    finally:
+        if os.getpid() != parent:  # pragma: no cover - the child
+            os._exit(0 if leaving == "raising" else 1)
+    t.join(10)
+    assert done.is_set()
+    contents = [m.message["content"] for m in pg.load(KEY).state.messages]
+    assert contents == ["first", "in the batch", "from another writer"]
