@@ -218,10 +218,13 @@ class FdPool:
         with self.mutex:
             return self._evict_one(keep=None)
 
-    def end_lease(self, io: FileIO, idle_since: float | None) -> bool:
+    def end_lease(self, io: FileIO, idle_since: float | None, wait: float = -1) -> bool:
         """End ``io``'s lease (see :mod:`eventlog._lease`) unless it is in use or, with
-        ``idle_since``, was used after that time. True: it has no lease now."""
-        with self.mutex:
+        ``idle_since``, was used after that time. True: it has no lease now. ``wait``: at most
+        this long for the mutex (-1: as long as it takes; False when it ran out)."""
+        if not self.mutex.acquire(timeout=wait):
+            return False
+        try:
             if not io.leased:
                 return True
             if idle_since is not None and io.lease_used > idle_since:
@@ -234,6 +237,8 @@ class FdPool:
                 return True
             finally:
                 io.evicting = False
+        finally:
+            self.mutex.release()
 
     def _trim(self) -> None:
         while len(self._open) > self.limit and self._evict_one(keep=None):

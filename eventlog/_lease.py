@@ -27,7 +27,8 @@ Invariants (this module owns them; :class:`~eventlog._fileio.FileIO` and
   ``io.evicting``, then back off if the descriptor is pinned), so it never unlocks a
   descriptor in use, nor one closed and renumbered meanwhile.
 - The reaper thread lives only while leases come and go: it ends after :data:`REAPER_LINGER`
-  with none (so a later ``fork`` finds no thread of ours), and the next lease starts another.
+  with none, and the next lease starts another. A ``fork`` ends the process's leases and stops
+  it first (the next lease after starts another): no process forks with a thread of ours.
 - kill -9 drops the lock with the process. A forked child forgets every lease and the reaper
   (the parent keeps its own); its descriptors are dropped anyway (see ``FdPool.after_fork``).
 """
@@ -69,18 +70,23 @@ class _Leases:
         self.thread: threading.Thread | None = None
         #: When the reaper wakes next (inf: it knows of no lease); read under ``cond``.
         self.wake = math.inf
+        #: A ``fork`` is under way: the reaper ends, and none starts until it is done.
+        self.stop = False
 
     def hold(self, io: FileIO) -> None:
         """``io`` now holds a lease: make sure the reaper ends it in time."""
         with self.cond:
             self.held[io] = None
             if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._reap, name="sessionledger-leases", daemon=True
-                )
-                self.thread.start()
+                if not self.stop:  # else: forking; the parent starts one after
+                    self._start()
             elif self.wake > io.lease_start + LEASE_MAX:
                 self.cond.notify()
+
+    def _start(self) -> None:
+        """Under ``cond``: start the reaper thread."""
+        self.thread = threading.Thread(target=self._reap, name="sessionledger-leases", daemon=True)
+        self.thread.start()
 
     def drop(self, io: FileIO) -> None:
         """``io`` closed or was evicted (its lease, if any, ended with it)."""
@@ -119,6 +125,9 @@ class _Leases:
         while True:
             with self.cond:
                 while True:
+                    if self.stop:  # a fork is under way (see ``before_fork``)
+                        self.thread = None
+                        return
                     now = time.monotonic()
                     due = self._due(now, retry)
                     if due:
@@ -143,14 +152,61 @@ class _Leases:
                 if not ended:  # in a transaction (an fsync, say): look again later
                     retry[io] = now + LEASE_IDLE
 
+    def before_fork(self) -> None:
+        """Before ``fork``: end this process's leases (one in a transaction ends at its exit)
+        and stop the reaper, so that the process forks with no thread of ours (Python 3.12+
+        warns, a ``DeprecationWarning``, on ``fork`` with threads alive; pytest with
+        ``filterwarnings=error`` turns that into an error in the parent).
+
+        Every wait here is bounded: a ``fork`` from a signal handler may interrupt this very
+        thread holding one of the locks (then the fork goes on with the reaper alive)."""
+        if not self.cond.acquire(timeout=_STOP_PATIENCE):
+            return
+        try:
+            ios = [io for io in self.held if io.leased]
+            thread = self.thread
+            if thread is not None:
+                self.stop = True
+                self.cond.notify()
+        finally:
+            self.cond.release()
+        for io in ios:
+            pool = io.lease_pool()
+            if pool is not None and not pool.end_lease(io, idle_since=None, wait=_STOP_PATIENCE):
+                io.lease_yield = True
+        if thread is not None:
+            thread.join(_STOP_PATIENCE)
+
+    def after_fork_in_parent(self) -> None:
+        """After ``fork``, in the parent: a reaper again if a lease was taken meanwhile (by
+        another thread, between ``before_fork`` and the fork)."""
+        if not self.cond.acquire(timeout=_STOP_PATIENCE):
+            self.stop = False  # the reaper, if it is still alive, goes on
+            return
+        try:
+            self.stop = False
+            if self.thread is None and any(io.leased for io in self.held):
+                self._start()
+        finally:
+            self.cond.release()
+
     def after_fork(self) -> None:
         """In a forked child: no leases, no reaper (threads do not survive ``fork``)."""
         self.cond = threading.Condition(threading.Lock())
         self.held = {}
         self.thread = None
         self.wake = math.inf
+        self.stop = False
 
+
+#: How long ``fork`` waits for a lock of ours or the reaper's end (each at once but under a
+#: fork from a signal handler, or while the reaper is ending a lease).
+_STOP_PATIENCE: Final = 0.5
 
 LEASES: Final = _Leases()
 
-os.register_at_fork(after_in_child=LEASES.after_fork)
+os.register_at_fork(
+    before=LEASES.before_fork,
+    after_in_parent=LEASES.after_fork_in_parent,
+    after_in_child=LEASES.after_fork,
+)

@@ -297,8 +297,6 @@ def test_a_process_killed_holding_a_lease_blocks_nobody(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-# Python 3.12+ warns about fork() with threads alive: the reaper is, on purpose, here.
-@pytest.mark.filterwarnings("ignore:This process:DeprecationWarning")
 def test_a_child_forked_during_a_lease_never_writes_under_the_parents_lock(
     tmp_path: Path, slow_leases: None
 ) -> None:
@@ -380,3 +378,68 @@ def test_taking_the_lock_outside_an_append_ends_the_lease(
         assert again.append_message("user", "c") == 4
     assert contents(store.read_bytes(KEY)) == ["a", "b", "theirs", "c"]
     store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_during_a_lease_ends_it_and_finds_no_thread_of_ours(
+    tmp_path: Path, slow_leases: None
+) -> None:
+    """Python 3.12+ warns (DeprecationWarning; an error under ``filterwarnings=error``) on a
+    ``fork`` with threads alive: the fork hooks end the process's leases and stop the reaper,
+    which a later burst starts again."""
+
+    def reaper_alive() -> bool:
+        return any(t.name == "sessionledger-leases" for t in threading.enumerate())
+
+    store = FileStore(tmp_path, durability="none")
+    w = store.session(KEY)
+    _burst_until_leased(store, KEY, "parent")
+    assert reaper_alive()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os._exit(0 if threading.active_count() == 1 else 1)
+    assert not reaper_alive() and not _leased(store, KEY)  # in the parent, right after
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    other = FileStore(tmp_path, durability="none", lock_timeout=0)
+    other.session(KEY).append_message("user", "other")  # the lock is free at once
+    other.close()
+    _burst_until_leased(store, KEY, "again")  # a later burst leases, with a reaper again
+    assert reaper_alive()
+    assert w.state.seq == store.load(KEY).state.seq
+    store.close()
+
+
+FORK_IN_HANDLER = """
+import os, sys, threading
+from sessionledger.eventlog import FileStore, _lease
+store = FileStore(sys.argv[1], durability="none")
+w = store.session("web:alice")
+for _ in range(100):
+    w.append_message("user", "burst")
+    if store._writers["web:alice"].io.leased:
+        break
+assert store._writers["web:alice"].io.leased
+pool = store._writers["web:alice"].io.lease_pool()
+# A signal handler that forks may interrupt this thread inside our locks: the fork hooks
+# must not wait for them for ever.
+with _lease.LEASES.cond, pool.mutex:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+os.waitpid(pid, 0)
+print("forked", flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_inside_our_own_locks_does_not_hang(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_IN_HANDLER, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.stdout == "forked\n", done.stderr
