@@ -11,6 +11,7 @@ fork too. Verify changes nothing.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from sessionledger.eventlog import (
     FileStore,
     Header,
     SessionNotFoundError,
+    UnsafePathError,
     decode_log,
 )
 from sessionledger.eventlog.backend import catalog_source
@@ -192,6 +194,13 @@ def verify_session(
     except CorruptLogError as exc:  # a log in segments, one of them missing or not whole
         report = SessionVerify(key=key, path=path)
         report.problems.append(Finding(exc.path, exc.line, exc.reason))
+        return report
+    except UnsafePathError as exc:
+        if os.path.abspath(exc.path) == os.path.abspath(path):
+            raise  # the log's own path: refused, as by every entry point
+        # one of its closed segments replaced by a symlink, a FIFO, a directory
+        report = SessionVerify(key=key, path=path)
+        report.problems.append(Finding(exc.path, 1, f"refused: {exc.reason}"))
         return report
     checked = check_data(data, key=key, path=path, hash_key=secret)
     check_heads(checked.report, checked, (views or Views(store)).recorded(key, full=False))

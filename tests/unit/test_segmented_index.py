@@ -360,3 +360,33 @@ def test_history_across_segments_equals_one_file(
     assert _indexed(again) or not again.messages
     assert _untimed(again) == _untimed(flat_state)
     assert replay.verify(_store(root, 700)).ok
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_a_segment_replaced_by_a_non_regular_file_is_reported_by_verify(
+    tmp_path: Path, kind: str
+) -> None:
+    """One session's closed segment replaced after its index was written: verify reports that
+    session (it does not raise and leave the others unchecked); the index's reads refuse it."""
+    store = _store(tmp_path)
+    _fill(store, 80)
+    with store.session("tg:10") as w:
+        w.append_message("user", "another session")
+    store.close()
+    assert _store(tmp_path).write_snapshot(KEY).written
+    seg = tmp_path / f"{STEM}.1.seg"
+    assert seg.exists()
+    seg.unlink()
+    if kind == "fifo":
+        os.mkfifo(seg)
+    elif kind == "symlink":
+        os.symlink("/etc/hostname", seg)
+    else:
+        seg.mkdir()
+    report = replay.verify(_store(tmp_path))
+    assert not report.ok
+    bad = [s for s in report.sessions if s.problems]
+    assert [s.key for s in bad] == [KEY]
+    assert str(seg) in str(bad[0].problems[0])
+    with pytest.raises(CorruptLogError):  # opened from the index, a message of segment 1
+        history(_store(tmp_path).load(KEY).state, max_messages=80)
