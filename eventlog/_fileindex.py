@@ -42,19 +42,34 @@ _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
-def _pread(path: str, offset: int, length: int, *, head: bool = False) -> bytes:
-    """``length`` bytes of ``path`` at ``offset``; with ``head``, the log's whole offset: the
-    file's first line says where it starts when it is a later segment (then bytes before that
-    start are not in it and nothing is returned)."""
+def _open_regular(path: str) -> int | None:
+    """A read-only descriptor of ``path``; None when it is gone, a symlink, or not a regular
+    file (a FIFO or a directory planted there). Any other failure is a StorageError."""
     try:
         fd = os.open(path, _READ_FLAGS)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
-            return b""
+            return None
         raise storage_error(path, "open", exc) from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as exc:
+        os.close(fd)
+        raise storage_error(path, "read", exc) from exc
+    if not regular:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _pread(path: str, offset: int, length: int, *, head: bool = False) -> bytes:
+    """``length`` bytes of ``path`` at ``offset``; with ``head``, the log's whole offset: the
+    file's first line says where it starts when it is a later segment (then bytes before that
+    start are not in it and nothing is returned)."""
+    fd = _open_regular(path)
+    if fd is None:
+        return b""
+    try:
         if head:
             start = _start_of(_first_line(fd))
             base = 0 if start is None else start[1]
@@ -102,16 +117,10 @@ def _gz_range(path: str, offset: int, length: int) -> bytes | None:
     decompression of that one segment up to the window (bounded by the segment size, memory
     bounded by the range read); falling back would decompress and decode every segment.
     """
+    fd = _open_regular(path)
+    if fd is None:
+        return b""
     try:
-        fd = os.open(path, _READ_FLAGS)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
-            return b""
-        raise storage_error(path, "open", exc) from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return b""
         raw = os.fdopen(fd, "rb")
     except OSError as exc:
         os.close(fd)
