@@ -175,3 +175,15 @@ def test_the_viewer_opens_only_the_page_it_shows(
     loaded.clear()  # a query reads every title, so every sealed row is opened to match it
     found = list_page(store, q="Title-4-Okapi", full_text=False)
     assert [r.key for r in found.rows] == ["telegram:4"] and len(loaded) == 6
+
+
+def test_a_row_whose_session_is_gone_before_it_is_opened_stays_as_stored(tmp_path: Path) -> None:
+    store = encrypted_store(tmp_path)
+    with store.session(KEY) as s:
+        s.update_metadata(set={"title": "Gone-Quagga-5120"})
+        s.append_message("user", "soon deleted")
+    [stored] = projections.list_sessions(store, open_sealed=False)
+    other = encrypted_store(tmp_path)  # another process deletes it between list and open
+    other.delete(KEY)
+    assert projections.open_sealed_rows(store, [stored]) == [stored]
+    assert (stored.title, stored.sealed) == ("", True)
