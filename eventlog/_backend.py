@@ -213,6 +213,12 @@ class Backend(abc.ABC):
         """A log opened by :meth:`open_raw` becomes a writer's: drop the lock taken to open it."""
         return None
 
+    def discard_new(self, key: str, io: SessionIO) -> None:
+        """A log :meth:`open_raw` created could not be started (its header was not written):
+        remove it if it is still empty, lock held, so that no session without a header is
+        left to list. A backend whose create is undone otherwise (a transaction) does nothing."""
+        return None
+
     def probe_lock(self, key: str) -> bool:
         """Whether another writer holds ``key``'s lock right now."""
         return False

@@ -222,6 +222,18 @@ class FileBackend(Backend):
         assert isinstance(io, FileIO)
         io.release(self.pool)
 
+    def discard_new(self, key: str, io: SessionIO) -> None:
+        """Unlink a log this open created, lock held, while it is still empty and still the
+        file at its path (a writer waiting for the lock then finds it gone and creates it)."""
+        assert isinstance(io, FileIO)
+        path = str(self.path_for(key))
+        with contextlib.suppress(OSError):
+            st = os.fstat(io.fd)
+            now = os.stat(path, follow_symlinks=False)
+            if st.st_size == 0 and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(path)
+                self.changes.bump(slot_of(os.path.basename(path)), membership=True)
+
     def read(self, key: str) -> bytes | None:
         """The whole log, never through a symlink (None: absent); closed segments (immutable
         once closed) are read after the live one."""

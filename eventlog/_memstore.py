@@ -188,6 +188,12 @@ class MemoryBackend(Backend):
         assert isinstance(io, _MemoryIO)
         io.release()
 
+    def discard_new(self, key: str, io: SessionIO) -> None:
+        """Forget a log this open created and never started (the peers' lock is held)."""
+        log = self.shared.logs.get(key)
+        if log is not None and not log:
+            del self.shared.logs[key]
+
     def read(self, key: str) -> bytes | None:
         """A copy of the log."""
         with self.shared.lock:

@@ -82,6 +82,8 @@ def open_checked(
     try:
         state, report = store._prepare(key, raw, metadata)
     except BaseException:
+        if raw.created:  # e.g. a full disk failed the header: no empty log is left behind
+            store._backend.discard_new(key, raw.io)
         raw.io.close()
         raise
     return raw, state, report

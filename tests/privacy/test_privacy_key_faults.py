@@ -58,6 +58,8 @@ def test_a_new_encrypted_session_on_a_full_disk_fails_cleanly(
         store.session("other")
     monkeypatch.undo()
     assert temporaries(tmp_path / "s" / ".keys") == []
+    assert not (tmp_path / "s" / "other.jsonl").exists()  # no log without a header is left
+    assert sorted(store.keys()) == ["k"] and not store.exists("other")
     with store.session("other") as w:
         w.append_message("user", "the disk is back")
     assert store.load("other").state.messages[0].message["content"] == "the disk is back"

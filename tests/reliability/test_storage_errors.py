@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sessionledger import projections
-from sessionledger.eventlog import FileStore, StorageError, _safeio
+from sessionledger.eventlog import FileStore, MemoryStore, StorageError, _fileio, _safeio
 
 
 def failing(code: int) -> Callable[..., Any]:
@@ -121,3 +121,41 @@ def test_a_stat_error_on_an_index_file_names_it(tmp_path: Path) -> None:
         mp.setattr(os, "stat", failing_stat)
         with pytest.raises(StorageError, match=r"k\.index"):
             files.size("index")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_new_session_whose_header_the_disk_refuses_leaves_no_log(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """The create fails with the library's error, and the empty file it made is gone: keys(),
+    exists() and the listings agree that there is no such session; it can be created later."""
+    monkeypatch.setattr(_fileio, "_write", failing(code))
+    with pytest.raises(StorageError) as info:
+        store.session("new")
+    assert os.strerror(code) in str(info.value)
+    monkeypatch.undo()
+    assert not store.path_for("new").exists()
+    fresh = FileStore(store.root, durability="none")
+    assert sorted(fresh.keys()) == ["k"] and not fresh.exists("new")
+    assert [r.key for r in projections.list_sessions(fresh)] == ["k"]
+    with fresh.session("new") as w:  # the disk is back
+        w.append_message("user", "now")
+    assert fresh.load("new").state.total_messages == 1
+
+
+def test_a_memory_session_that_cannot_start_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory store forgets a session whose header could not be made (here its sealing
+    fails), as the file store unlinks the empty file."""
+    store = MemoryStore()
+    store.session("k").append_message("user", "hello")
+
+    def refuse(header: object) -> object:
+        raise StorageError("/keys/new.key", "write", "No space left on device")
+
+    monkeypatch.setattr(store._privacy, "seal_new_header", refuse)
+    with pytest.raises(StorageError):
+        store.session("new")
+    monkeypatch.undo()
+    assert sorted(store.keys()) == ["k"] and not store.exists("new")
+    store.session("new").append_message("user", "now")
+    assert sorted(store.keys()) == ["k", "new"]
