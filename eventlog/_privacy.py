@@ -124,32 +124,46 @@ class Privacy:
         header = snapshot.header
         if not header.sealing:
             return True
-        seal = self.seal_of(key, header)
+        return self._open_sealed(key, snapshot) is not None
+
+    def _open_sealed(self, key: str, snapshot: Anchored) -> SessionSeal | None:
+        """``open_sealed`` of a sealed snapshot: the seal it opened with (its key tree read from
+        the key store now), or None when its seq's key was destroyed."""
+        seal = self.seal_of(key, snapshot.header)
         state = snapshot.state
         erased = state.erased_upto or -1  # 0: nothing was erased (seq 0 is the header)
         seal.dead = (max(seal.dead[0], erased), seal.dead[1] | set(state.redacted))
-        return seal.open_snapshot(snapshot)
+        return seal if seal.open_snapshot(snapshot) else None
 
-    def unseal_restored(self, key: str, snapshot: Anchored, decoded: Decoded) -> bool:
+    def unseal_restored(
+        self, key: str, snapshot: Anchored, decoded: Decoded, *, just_read: bool = False
+    ) -> bool:
         """Open a snapshot's sealed values and the tail decoded after it (before the fold).
 
         An index snapshot's values were opened when it was read (``_read_snapshot``); its
-        messages are read from the log lines, and get the opener as they are. False when
-        the snapshot cannot be opened (its seq's key was destroyed): read the log.
+        messages are read from the log lines, and get the opener as they are. ``just_read``:
+        the caller read this index snapshot in the same call, so the key tree it was opened
+        with (read from the key store then) is the one used: a load reads the key record once.
+        False when the snapshot cannot be opened (its seq's key was destroyed): read the log.
         """
         header = snapshot.header
         if not header.sealing:
             return True
-        indexed = isinstance(snapshot, IndexMeta)
-        if not indexed and not self.open_sealed(key, snapshot):
-            return False
-        seal = self.seal_of(key, snapshot.header)
+        seal: SessionSeal | None
+        if not isinstance(snapshot, IndexMeta):
+            seal = self._open_sealed(key, snapshot)
+            if seal is None:
+                return False
+        else:
+            seal = self._seals.get(header.id) if just_read else None
+            if seal is None or seal.key != key:
+                seal = self.seal_of(key, header)
         decoded.header = snapshot.header  # the tail's decode names the snapshot's header
         seal.open_decoded(decoded, header=False)
         opener = seal.open_message
         messages = snapshot.state.messages
         source = messages.source
-        if indexed and source is not None:
+        if isinstance(snapshot, IndexMeta) and source is not None:
             source.opener = opener
         for message in messages.in_memory:
             message.__dict__["_open"] = opener

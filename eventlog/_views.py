@@ -282,6 +282,7 @@ class SnapshotViews:
         the snapshot it read it for); otherwise only the part from the snapshot's line on is
         read. None means: no usable snapshot, read the log.
         """
+        just_read = snap is None
         if snap is None:
             snap = self.read_snapshot(key)
             if snap is None:
@@ -305,7 +306,7 @@ class SnapshotViews:
         else:
             restored = snap.state
         decoded = resume(snap, tail, self._hash_key)
-        if not self._store._privacy.unseal_restored(key, snap, decoded):
+        if not self._store._privacy.unseal_restored(key, snap, decoded, just_read=just_read):
             return None  # sealed with a key that is gone (erased): read the log
         if isinstance(snap, Snapshot):
             restored = snap.state

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 from privacy_support import (
     SECRETS,
@@ -19,6 +21,7 @@ from privacy_support import (
 from sessionledger import projections, replay
 from sessionledger.eventlog import (
     EventLogError,
+    FileKeyStore,
     FileStore,
     KeyUnavailableError,
     LocalKeyFile,
@@ -253,3 +256,73 @@ def test_a_planted_session_id_names_no_file(tmp_path: Path) -> None:
         store.session("planted")
     assert not (tmp_path / "evil.key").exists() and not (tmp_path / "s" / "evil.key").exists()
     assert contents(store, "real") == ["x"]
+
+
+@pytest.mark.parametrize(
+    "reform",
+    [
+        pytest.param(lambda body: body.replace(b"/", b"\\/"), id="escaped-slashes"),
+        pytest.param(lambda body: body[:-1] + b',"x":"y"}', id="a-key-after"),
+        pytest.param(lambda body: body.replace(b',"$sealed"', b', "$sealed" '), id="spaces"),
+        pytest.param(
+            lambda body: b'{"$sealed"' + body[body.index(b":", 9) : -1] + b',"role":"user"}',
+            id="keys-reordered",
+        ),
+        pytest.param(lambda body: body.replace(b'"user"', b'"\\u0075ser"'), id="escaped-role"),
+    ],
+)
+def test_a_sealed_body_in_another_json_form_opens_the_same(
+    tmp_path: Path, reform: Callable[[bytes], bytes]
+) -> None:
+    # The reader takes the base64 in place from the body as this library writes it; any other
+    # JSON form of the same envelope (another writer's escapes, spacing, key order) must open
+    # to the same message, never to an error or garbage.
+    store = encrypted_store(tmp_path)
+    s = store.session("k")
+    message = {"role": "user", "content": "a/b" * 40 + SECRETS["message"], "n": [1, 2]}
+    s.append_message(**message)  # type: ignore[arg-type]
+    s.close()
+    event = store.load("k").state.messages[0]
+    opener = event.__dict__["_open"]
+    expected = opener(event)
+    assert expected["content"] == message["content"] and expected["n"] == [1, 2]
+    body = bytes(event.body)
+    assert b"/" in body[body.index(b'"$sealed"') :]  # the base64 has a slash to escape
+    other = reform(body)
+    assert other != body
+    assert {k: v for k, v in json.loads(other).items() if k != "x"} == json.loads(body)
+    moved = msgspec.structs.replace(event, body=msgspec.Raw(other))
+    assert "message" not in moved.__dict__
+    assert opener(moved) == expected
+
+
+def test_a_load_reads_the_key_record_once(tmp_path: Path) -> None:
+    # From an index snapshot, from a format-2 snapshot (a session with a redaction keeps
+    # those), and from the log: one key record read each. Before, a snapshot load read it
+    # twice (once to open the snapshot, once for the messages).
+    reads: list[str] = []
+
+    class Counting(FileKeyStore):
+        def get(self, session_id: str) -> bytes | None:
+            reads.append(session_id)
+            return super().get(session_id)
+
+    store = encrypted_store(tmp_path, key_store=Counting(tmp_path / "s" / ".keys"))
+    for key in ("indexed", "redacted"):
+        s = store.session(key)
+        for i in range(6):
+            s.append_message("user", f"m{i}")
+        s.close()
+    store.redact("redacted", 2)
+    for key in ("indexed", "redacted"):
+        store.write_snapshot(key)
+        fresh = encrypted_store(tmp_path, key_store=Counting(tmp_path / "s" / ".keys"))
+        reads.clear()
+        loaded = fresh.load(key)
+        assert loaded.snapshot_seq == loaded.state.seq
+        assert len(reads) == 1, key
+        second = None if key == "redacted" else "m1"
+        assert [m.message["content"] for m in loaded.state.messages][:2] == ["m0", second]
+        reads.clear()
+        fresh.load(key, snapshot=False)
+        assert len(reads) == 1, key
