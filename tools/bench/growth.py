@@ -191,6 +191,10 @@ class Figures:
     appended_mb_unsettled: float | None = None
     append_us: float | None = None
     append_us_unsettled: float | None = None
+    #: The same appends with the writer's close() timed too: settling off leaves the index
+    #: extension of every appended event to close(), settling on does it as it goes.
+    append_close_us: float | None = None
+    append_close_us_unsettled: float | None = None
     #: CPU ms of open + history(500): the log in segments, and in one file (same run).
     open_history_segmented_cpu: float | None = None
     open_history_cpu: float | None = None
@@ -320,15 +324,17 @@ def measure(n: int, runs: int, *, cache: Path = CACHE) -> Figures:
         restore()
         fig.appended_mb_unsettled = appended_memory(logdir, more, settle=False) / 1e6
         restore()
-        on: list[float] = []
-        off: list[float] = []
+        on: list[tuple[float, float]] = []
+        off: list[tuple[float, float]] = []
         for _ in range(max(1, runs // 2)):
             on.append(append_time(logdir, more, settle=True))
             restore()
             off.append(append_time(logdir, more, settle=False))
             restore()
-        fig.append_us = statistics.median(on) * 1e6
-        fig.append_us_unsettled = statistics.median(off) * 1e6
+        fig.append_us = statistics.median(t[0] for t in on) * 1e6
+        fig.append_us_unsettled = statistics.median(t[0] for t in off) * 1e6
+        fig.append_close_us = statistics.median(t[1] for t in on) * 1e6
+        fig.append_close_us_unsettled = statistics.median(t[1] for t in off) * 1e6
         if n <= SEGMENTED_MAX:
             segmented(fig, logdir, runs, cache)
     finally:
@@ -411,18 +417,22 @@ def appended_memory(logdir: Path, messages: Sequence[dict[str, Any]], *, settle:
     return float(held)
 
 
-def append_time(logdir: Path, messages: Sequence[dict[str, Any]], *, settle: bool) -> float:
-    """Seconds per message of appending ``messages`` to an open writer (durability none)."""
+def append_time(
+    logdir: Path, messages: Sequence[dict[str, Any]], *, settle: bool
+) -> tuple[float, float]:
+    """Seconds per message of appending ``messages`` to an open writer (durability none):
+    the appends alone, and the appends with the writer's and the store's ``close()``."""
     store, writer = _writer(logdir, settle)
     append = writer.append_message_dict
     gc.collect()
     t0 = time.perf_counter()
     for m in messages:
         append(m)
-    seconds = (time.perf_counter() - t0) / len(messages)
+    t1 = time.perf_counter()
     writer.close()
     store.close()
-    return seconds
+    t2 = time.perf_counter()
+    return (t1 - t0) / len(messages), (t2 - t0) / len(messages)
 
 
 def _cell(value: float | None, digits: int = 2) -> str:
@@ -447,6 +457,8 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("the same, settling off (every appended event kept, MB)", "appended_mb_unsettled"),
     ("append, durability none (us per message)", "append_us"),
     ("the same, settling off (us per message)", "append_us_unsettled"),
+    ("append, then close() (us per message, close included)", "append_close_us"),
+    ("the same, settling off (close extends the index)", "append_close_us_unsettled"),
 )
 
 
@@ -535,7 +547,9 @@ def _rows(figures: Sequence[Figures]) -> list[Row]:
                 note=(
                     f"holds {_cell(f.appended_mb)} MB ({_cell(f.appended_mb_unsettled)} MB "
                     f"settling off); append {_cell(f.append_us)} us/msg "
-                    f"({_cell(f.append_us_unsettled)} us settling off)"
+                    f"({_cell(f.append_us_unsettled)} us settling off); with close() "
+                    f"{_cell(f.append_close_us)} us/msg "
+                    f"({_cell(f.append_close_us_unsettled)} us settling off)"
                 ),
             )
         )
