@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -77,37 +77,28 @@ def _walk(value: object, depth: int) -> None:
         if not math.isfinite(value):
             raise _Refused(f"{value!r} is not a JSON number")
         return
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
-        if depth >= MAX_DEPTH:
-            raise _Refused(f"nested deeper than {MAX_DEPTH} containers")
-        for name, item in value.items():
-            if not isinstance(name, str):
-                raise _Refused(f"key {name!r} is a {type(name).__name__}; JSON object keys are str")
-            kind = type(item)
-            if kind is str or kind is int or kind is bool or item is None:
-                continue
-            try:
-                _walk(item, depth + 1)
-            except _Refused as exc:
-                exc.path.append(f"[{name!r}]")
-                raise
-        return
-    if isinstance(value, list):
-        if depth >= MAX_DEPTH:
-            raise _Refused(f"nested deeper than {MAX_DEPTH} containers")
-        for index, item in enumerate(value):
-            kind = type(item)
-            if kind is str or kind is int or kind is bool or item is None:
-                continue
-            try:
-                _walk(item, depth + 1)
-            except _Refused as exc:
-                exc.path.append(f"[{index}]")
-                raise
-        return
-    if isinstance(value, str | int) and not hasattr(cls, "model_dump"):
+        keyed, items = True, value.items()
+    elif isinstance(value, list):
+        keyed, items = False, enumerate(value)
+    elif isinstance(value, str | int) and not hasattr(cls, "model_dump"):
         return  # a str or int subclass (StrEnum, IntEnum) is written and read back equal
-    raise _Refused(f"is {_kind(value)}")
+    else:
+        raise _Refused(f"is {_kind(value)}")
+    if depth >= MAX_DEPTH:
+        raise _Refused(f"nested deeper than {MAX_DEPTH} containers")
+    for name, item in items:
+        if keyed and not isinstance(name, str):
+            raise _Refused(f"key {name!r} is a {type(name).__name__}; JSON object keys are str")
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        try:
+            _walk(item, depth + 1)
+        except _Refused as exc:
+            exc.path.append(f"[{name!r}]" if keyed else f"[{name}]")
+            raise
 
 
 def check_value(value: object, field: str) -> None:
