@@ -39,7 +39,7 @@ from ._events import Event, Header, MessageAppended
 from ._fileindex import IndexFiles, IndexName
 from ._fold import SessionState
 from ._idindex import ID_RECORD, IdIndex, id_digest
-from ._msgindex import RECORD, MessageList, pack_record
+from ._msgindex import RECORD, MessageList, merge_ranges, pack_record
 from ._segments import SEGMENT_HEADER_START
 from ._snapshot import (
     DIGEST_SIZE,
@@ -470,7 +470,7 @@ def _finish(
     )
     bare = msgspec.structs.replace(state, messages=MessageList(), ids=IdIndex())
     meta = make_anchored(IndexMeta, header, bare, anchor)
-    meta.ranges = _merge(ranges)
+    meta.ranges = merge_ranges(ranges)
     meta.records = records + len(msg_out)
     meta.record_digests = record_digests
     meta.id_digests = id_digests
@@ -610,16 +610,6 @@ def extend_from_state(
         line_no=line_no + count + headers,
     )
     return _finish(files, header, state, anchor, meta, new, hash_key, seal)
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for a, b in ranges:
-        if out and out[-1][1] == a:
-            out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return out
 
 
 def _extend(

@@ -102,6 +102,18 @@ def pack_record(
     )
 
 
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[start, stop)`` record ranges in order, each one that starts where the last stopped
+    joined to it (how a message list and an index snapshot keep their ranges)."""
+    out: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
 class IndexSource(Protocol):
     """Where an indexed list reads: checked records, and log bytes by offset."""
 
@@ -148,13 +160,7 @@ class MessageList(Sequence[MessageAppended]):
         return out
 
     def _set_ranges(self, ranges: list[tuple[int, int]]) -> None:
-        merged: list[tuple[int, int]] = []
-        for a, b in ranges:
-            if merged and merged[-1][1] == a:
-                merged[-1] = (merged[-1][0], b)
-            else:
-                merged.append((a, b))
-        self._ranges = merged
+        self._ranges = merged = merge_ranges(ranges)
         self._starts = []
         total = 0
         for a, b in merged:
