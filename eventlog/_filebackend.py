@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import fcntl
 import os
 import stat
 import time
@@ -41,6 +40,7 @@ from ._fileio import (
     READ_FLAGS,
     FdPool,
     FileIO,
+    flock_within,
     lock_fd,
     open_nofollow,
     read_log_file,
@@ -275,15 +275,7 @@ class FileBackend(Backend):
             # A lease (see ``_lease``) keeps a lock across a burst of appends: end ours, and
             # give another process's the time it takes to lapse before calling the lock held.
             LEASES.end_all()
-            deadline = time.monotonic() + PROBE_PATIENCE
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return False
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        return True
-                    time.sleep(0.0002)
+            return not flock_within(fd, PROBE_PATIENCE, pause=0.0002, max_pause=0.0002)
         finally:
             os.close(fd)
 

@@ -142,6 +142,22 @@ def lock_fd(
                 raise LockedError(key, path) from None
 
 
+def flock_within(fd: int, seconds: float, *, pause: float, max_pause: float) -> bool:
+    """Try the exclusive ``flock`` on ``fd`` until it is taken (True) or ``seconds`` have passed
+    (False), sleeping ``pause`` between tries and doubling it up to ``max_pause``. For locks
+    held rarely or briefly (the trash, a probe); a writer waits with :func:`lock_fd`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+        time.sleep(pause)
+        pause = min(pause * 2, max_pause)
+
+
 def unlock_fd(fd: int) -> None:
     """Release the ``flock`` on ``fd``."""
     fcntl.flock(fd, fcntl.LOCK_UN)

@@ -27,13 +27,11 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import fcntl
 import logging
 import os
 import shutil
 import stat
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +46,7 @@ from ._errors import (
     StorageError,
     UnsafePathError,
 )
+from ._fileio import flock_within
 from ._lifecycle import TrashEntry
 from ._names import check_key, key_to_stem
 from ._safeio import (
@@ -146,23 +145,15 @@ class TrashLock:
             fd = open_regular(path, os.O_RDWR | os.O_CREAT, action="lock trash")
         except FileExistsError:  # pragma: no cover - O_CREAT without O_EXCL
             raise
-        deadline = time.monotonic() + self._timeout
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise StorageError(
-                        path, "lock trash", f"held by another process for {self._timeout} s"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-            except OSError as exc:
-                os.close(fd)
-                raise storage_error(path, "lock trash", exc) from exc
+        try:
+            taken = flock_within(fd, self._timeout, pause=0.001, max_pause=0.05)
+        except OSError as exc:
+            os.close(fd)
+            raise storage_error(path, "lock trash", exc) from exc
+        if not taken:
+            os.close(fd)
+            raise StorageError(path, "lock trash", f"held by another process for {self._timeout} s")
+        return fd
 
 
 def _ensure_trash(root: Path) -> Path:
