@@ -82,6 +82,23 @@ class Compaction(msgspec.Struct, kw_only=True):
         """Tokens the summary saved (before minus after)."""
         return self.tokens_before - self.tokens_after
 
+    def recorded(self, *, seq: int, ts: datetime, id: str) -> Compacted:
+        """A ``Compacted`` event at ``seq`` that records this compaction again (a fork, a
+        resumed conversation): folded after the same messages, it gives an equal compaction."""
+        return Compacted(
+            seq=seq,
+            ts=ts,
+            id=id,
+            summary=self.summary,
+            upto=self.upto,
+            tokens_before=self.tokens_before,
+            tokens_after=self.tokens_after,
+            removed=self.removed,
+            kept=self.kept,
+            duration=self.duration,
+            model=self.model,
+        )
+
 
 @portable()
 class UsageTotals(msgspec.Struct, kw_only=True):

@@ -219,7 +219,7 @@ class Lifecycle:
     def _resume_events(
         self, writer: SessionWriter, old: SessionState, start_seq: int, op: str, by: str | None
     ) -> tuple[int, SessionState | None]:
-        from ._events import ConversationResumed
+        from ._events import Compacted, ConversationResumed
         from ._writeapi import Draft
 
         state = writer.state
@@ -249,19 +249,12 @@ class Lifecycle:
             writer.append_message_dict(message.message, id=f"{op}:m{index}")
         if old.last_consolidated:
             writer.mark_consolidated(old.last_consolidated, id=f"{op}:consolidated")
-        if old.compaction is not None:
-            c = old.compaction
-            writer.compact(
-                c.summary,
-                upto=c.upto,
-                tokens_before=c.tokens_before,
-                tokens_after=c.tokens_after,
-                removed=c.removed,
-                kept=c.kept,
-                duration=c.duration,
-                model=c.model,
-                id=f"{op}:compacted",
-            )
+        if (c := old.compaction) is not None:
+
+            def again(_s: SessionState, seq: int, ts: datetime, eid: str) -> Compacted:
+                return c.recorded(seq=seq, ts=ts, id=eid)
+
+            writer._write(Draft(again), None, f"{op}:compacted")
         if writer.state.lifecycle != "active":
             writer.set_lifecycle("active", id=f"{op}:active")
         return seq, final

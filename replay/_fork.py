@@ -19,7 +19,6 @@ from typing import Any
 
 from sessionledger.eventlog import (
     BaseStore,
-    Compacted,
     Consolidated,
     Header,
     InvalidEventError,
@@ -81,23 +80,8 @@ def fork(
         n += 1
         events.append(Consolidated(seq=n, ts=now, id=new_event_id(), upto=source.last_consolidated))
     if source.compaction is not None:
-        c = source.compaction
         n += 1
-        events.append(
-            Compacted(
-                seq=n,
-                ts=now,
-                id=new_event_id(),
-                summary=c.summary,
-                upto=c.upto,
-                tokens_before=c.tokens_before,
-                tokens_after=c.tokens_after,
-                removed=c.removed,
-                kept=c.kept,
-                duration=c.duration,
-                model=c.model,
-            )
-        )
+        events.append(source.compaction.recorded(seq=n, ts=now, id=new_event_id()))
     try:
         data, _ = encode_lines(events, key=store.hash_key)
     except (TypeError, ValueError) as exc:

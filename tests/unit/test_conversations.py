@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from sessionledger import history, replay
@@ -22,6 +23,7 @@ from sessionledger.eventlog import (
     KnownEvent,
     MessageAppended,
     SessionNotFoundError,
+    SessionState,
     UnknownEvent,
     decode_log,
 )
@@ -158,6 +160,37 @@ def test_fork_from_an_ended_conversation_verifies(store: BaseStore) -> None:
         replay.fork(store, KEY, 2, new_key=forked)
     # The fork lives on by itself.
     store.session(forked).append_message("user", "What about Nara?")
+    assert replay.verify(store).ok
+
+
+def test_fork_and_resume_carry_the_compaction_over_field_for_field(store: BaseStore) -> None:
+    s = store.session(KEY)
+    for text in ("Plan Kyoto", "Early April.", "And Osaka?", "Late March."):
+        s.append_message("user", text)
+    s.mark_consolidated(2)
+    s.compact(
+        "Kyoto in April",
+        2,
+        tokens_before=90,
+        tokens_after=9,
+        removed=2,
+        kept=2,
+        duration=1.5,
+        model="m-1",
+    )
+    want = store.state(KEY).compaction
+    assert want is not None
+
+    def same(state: SessionState) -> None:
+        assert state.compaction is not None
+        assert state.last_consolidated == 2
+        mine = msgspec.structs.replace(state.compaction, seq=0, ts=None)
+        assert mine == msgspec.structs.replace(want, seq=0, ts=None)
+
+    same(store.state(replay.fork(store, KEY, new_key="kyoto:fork")))
+    store.new_session(KEY)
+    store.resume(KEY, 0)
+    same(store.state(KEY))
     assert replay.verify(store).ok
 
 
