@@ -11,13 +11,11 @@
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
-from ._core import Context, Row, benchmark, medians
+from ._core import Context, Row, benchmark, medians, timed_threads
 from ._pg_base import (
     RIVAL,
     PlainWriter,
@@ -130,30 +128,6 @@ def bench_pg_append(ctx: Context) -> list[Row]:
     ]
 
 
-def _threads(work: Callable[[int], None], n: int) -> float:
-    """Seconds for ``n`` threads running ``work(i)``, started together."""
-    barrier = threading.Barrier(n + 1)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            work(i)
-        except BaseException as exc:  # reported after the join
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return time.perf_counter() - t0
-
-
 def _ours_writers(ctx: Context, server: str, name: str, per: int, mode: str) -> float:
     """Durable appends/s of 8 threads: ``mode`` "sessions" (8 sessions), "shared" (one
     writer), "stores" (8 store objects on one session)."""
@@ -172,7 +146,7 @@ def _ours_writers(ctx: Context, server: str, name: str, per: int, mode: str) -> 
         for role, content, fields in msgs:
             w.append_message(role, content, **fields)
 
-    seconds = _threads(work, 8)
+    seconds = timed_threads(work, 8)
     total = sum(stores[0].state(k).seq for k in set(keys))
     assert total == 8 * per, (total, 8 * per)
     for s in stores:
@@ -191,7 +165,7 @@ def _plain_writers(ctx: Context, server: str, name: str, per: int) -> float:
         for event_id, line in todo:
             w.append(event_id, line)
 
-    seconds = _threads(work, 8)
+    seconds = timed_threads(work, 8)
     for w in writers:
         w.close()
     return 8 * per / seconds

@@ -9,12 +9,10 @@ and say nothing more.
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from ._core import Context, Row, benchmark, medians, timed
+from ._core import Context, Row, benchmark, medians, timed, timed_threads
 from ._workload import conversation
 
 
@@ -148,29 +146,13 @@ def _threaded_rate(
     with ctx.scratch("append-batch") as root:
         store = FileStore(root, durability="batch")
         writers = [store.session(f"bench:batch:{i}") for i in range(sessions)]
-        barrier = threading.Barrier(threads + 1)
-        errors: list[BaseException] = []
-
-        def work(i: int) -> None:
-            writer = writers[i % sessions]
-            chunk = messages[i * per : (i + 1) * per]
-            barrier.wait()
-            try:
-                _append_all(writer, chunk)
-            except BaseException as exc:  # reported after the run
-                errors.append(exc)
-
-        pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-        for t in pool:
-            t.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for t in pool:
-            t.join()
-        seconds = time.perf_counter() - t0
-        store.close()
-    if errors:
-        raise errors[0]
+        chunks = [messages[i * per : (i + 1) * per] for i in range(threads)]
+        try:
+            seconds = timed_threads(
+                lambda i: _append_all(writers[i % sessions], chunks[i]), threads
+            )
+        finally:
+            store.close()
     return per * threads / seconds
 
 
