@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from logcheck import check_log
 from store_contract import EVERY_KIND
 
 from sessionledger.eventlog import (
@@ -55,16 +56,6 @@ async def write_conversation(s: AsyncSessionWriter) -> None:
     await s.clear()
     await s.append_message("user", "New topic")
     await s.set_lifecycle("archived", "archive")
-
-
-def check_log(data: bytes, hash_key: bytes = b"") -> list[int]:
-    """The log is whole, chained and contiguous; return its seqs."""
-    decoded = decode_log(data, key=hash_key)
-    assert decoded.bad is None and decoded.torn is None
-    assert verify_chain(data, key=hash_key).problems == []
-    seqs = [e.seq for e in decoded.events]
-    assert seqs == list(range(1, len(seqs) + 1))
-    return seqs
 
 
 class AsyncStoreContract(abc.ABC):

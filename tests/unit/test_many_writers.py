@@ -15,28 +15,18 @@ from pathlib import Path
 
 import anyio
 import pytest
+from logcheck import contents
 
 from sessionledger import aio, projections, replay
 from sessionledger.eventlog import (
     AsyncFileStore,
     FileStore,
-    MessageAppended,
     SessionNotFoundError,
     _fileio,
-    decode_log,
-    verify_chain,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "web:alice"
-
-
-def contents(data: bytes) -> list[str]:
-    decoded = decode_log(data)
-    assert decoded.bad is None and decoded.torn is None
-    assert verify_chain(data).problems == []
-    assert [e.seq for e in decoded.events] == list(range(1, len(decoded.events) + 1))
-    return [e.message["content"] for e in decoded.events if isinstance(e, MessageAppended)]
 
 
 def test_an_uncontended_append_reads_nothing(

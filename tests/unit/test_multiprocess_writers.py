@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_many_writers import contents as _check  # the one whole-log check
+from logcheck import contents as _check
 
 from sessionledger.eventlog import FileStore, LockedError
 

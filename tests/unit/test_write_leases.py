@@ -14,29 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
+from logcheck import contents
 
 from sessionledger import replay
 from sessionledger.eventlog import (
     FileStore,
     LockedError,
-    MessageAppended,
     SessionNotFoundError,
     _fileio,
     _lease,
-    decode_log,
-    verify_chain,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "web:alice"
-
-
-def contents(data: bytes) -> list[str]:
-    decoded = decode_log(data)
-    assert decoded.bad is None and decoded.torn is None
-    assert verify_chain(data).problems == []
-    assert [e.seq for e in decoded.events] == list(range(1, len(decoded.events) + 1))
-    return [e.message["content"] for e in decoded.events if isinstance(e, MessageAppended)]
 
 
 @pytest.fixture
