@@ -4,13 +4,16 @@ fixtures of ``pg_support`` (``dsn``, ``schema``, ``make_pg``) are shared with ev
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from sessionledger.eventlog import BaseStore, FileStore, MemoryStore
+
+if TYPE_CHECKING:  # imported by pytest as a plugin: importing it here first would stop that
+    from pg_support import StoreFactory
 
 pytest_plugins = ["pg_support"]
 
@@ -26,25 +29,11 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStore]:
     """A file, a memory and a PostgreSQL store (the last skipped without a server)."""
     if request.param == "postgres":
-        yield from _postgres_store()
+        make: StoreFactory = request.getfixturevalue("make_pg")
+        yield make()
         return
     made: BaseStore = (
         FileStore(tmp_path / "s", durability="none") if request.param == "file" else MemoryStore()
     )
     with made:
         yield made
-
-
-def _postgres_store() -> Iterator[BaseStore]:
-    from pg_support import drop_schema, pg_dsn
-
-    from sessionledger.eventlog import PostgresStore
-
-    dsn = pg_dsn()
-    schema = f"t_{os.urandom(6).hex()}"
-    made = PostgresStore(dsn, schema=schema)
-    try:
-        yield made
-    finally:
-        made.close()
-        drop_schema(dsn, schema)

@@ -8,12 +8,12 @@ import json
 import multiprocessing
 import os
 import signal
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
 import pytest
+from pg_support import StoreFactory
 
 from sessionledger import replay
 from sessionledger.eventlog import (
@@ -24,7 +24,6 @@ from sessionledger.eventlog import (
     KnownEvent,
     MemoryStore,
     NewerFormatError,
-    PostgresStore,
     StorageError,
     UnsafePathError,
     _segfiles,
@@ -531,27 +530,10 @@ def test_a_log_in_segments_cannot_be_extended_across_a_boundary(
     assert other.read_bytes(KEY) == first
 
 
-@pytest.fixture
-def postgres() -> Iterator[PostgresStore]:
-    dsn = os.environ.get("SESSIONLEDGER_TEST_PG")
-    if not dsn:
-        pytest.skip("PostgreSQL tests need a server: set SESSIONLEDGER_TEST_PG")
-    import psycopg
-
-    schema = f"t_{os.urandom(6).hex()}"
-    made = PostgresStore(dsn, schema=schema)
-    try:
-        yield made
-    finally:
-        made.close()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 def test_postgres_keeps_one_table_and_refuses_a_log_in_segments(
-    rolled: tuple[FileStore, Path], postgres: PostgresStore
+    rolled: tuple[FileStore, Path], make_pg: StoreFactory
 ) -> None:
-    target = postgres
+    target = make_pg()
     source, _ = rolled
     exported = source.read_bytes(KEY)
     with pytest.raises(InvalidEventError, match="segments"):
