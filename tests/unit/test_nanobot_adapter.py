@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,17 +26,6 @@ from sessionledger.tools.nanobot._keeper import UPDATED_AT_KEY, caller_updated_a
 from sessionledger.tools.nanobot._manager import UPDATED_AT_SLACK
 
 Msg = dict[str, Any]
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return tmp_path / "ws"
-
-
-@pytest.fixture
-def manager(workspace: Path) -> Iterator[SessionManager]:
-    with SessionManager(workspace) as m:
-        yield m
 
 
 def events_of(manager: SessionManager, key: str) -> list[Event]:

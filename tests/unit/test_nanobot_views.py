@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,17 +13,6 @@ import pytest
 
 from sessionledger.eventlog import FileStore
 from sessionledger.tools.nanobot import SessionManager
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return tmp_path / "ws"
-
-
-@pytest.fixture
-def manager(workspace: Path) -> Iterator[SessionManager]:
-    with SessionManager(workspace) as m:
-        yield m
 
 
 def save_turns(manager: SessionManager, key: str, turns: int, **metadata: Any) -> None:
