@@ -18,9 +18,9 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from crash import die_half_way_through_a_write
 
 from sessionledger import replay
 from sessionledger.eventlog import EventLogError, FileStore, _safeio
@@ -252,13 +252,7 @@ def test_two_processes_updating_the_catalog_at_once(
 def _killed_while_listing(root: str) -> None:
     """List conversations, dying with SIGKILL half-way through writing the catalog."""
     store = FileStore(root, durability="none")
-
-    def half_then_die(fd: int, data: Any) -> int:
-        os.write(fd, bytes(data[: max(1, len(data) // 2)]))
-        os.kill(os.getpid(), signal.SIGKILL)
-        raise AssertionError("unreachable")
-
-    _safeio._write = half_then_die
+    die_half_way_through_a_write()
     list_conversations(store)
 
 

@@ -8,7 +8,8 @@ import multiprocessing
 import os
 import signal
 from pathlib import Path
-from typing import Any
+
+from crash import die_half_way_through_a_write
 
 from sessionledger import projections, replay
 from sessionledger.eventlog import FileStore, _safeio
@@ -17,13 +18,7 @@ from sessionledger.eventlog import FileStore, _safeio
 def _killed_while_writing(root: str, view: str) -> None:
     """Start writing ``view`` and die with SIGKILL half-way through (as kill -9 would)."""
     store = FileStore(root, durability="none")
-
-    def half_then_die(fd: int, data: Any) -> int:
-        os.write(fd, bytes(data[: max(1, len(data) // 2)]))
-        os.kill(os.getpid(), signal.SIGKILL)
-        raise AssertionError("unreachable")
-
-    _safeio._write = half_then_die
+    die_half_way_through_a_write()
     if view == "snapshot":
         projections.write_snapshot(store, "k")
     else:

@@ -13,11 +13,12 @@ import signal
 from pathlib import Path
 
 import pytest
+from crash import die_at_roll_step
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sessionledger import replay
-from sessionledger.eventlog import CorruptLogError, FileStore, SessionState, _indexsnap, _segfiles
+from sessionledger.eventlog import CorruptLogError, FileStore, SessionState, _indexsnap
 from sessionledger.projections import history
 
 KEY = "tg:9"
@@ -216,11 +217,7 @@ def test_tampering_in_a_closed_segment_under_the_index_is_reported(tmp_path: Pat
 
 
 def _crash_at(root: str, step: str) -> None:
-    def die(name: str) -> None:
-        if name == step:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    _segfiles._step = die
+    die_at_roll_step(step)
     store = FileStore(root, durability="always", segment_bytes=SMALL)
     store.settle_every = 8
     with store.session(KEY) as w:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from crash import die_at_roll_step
 from pg_support import StoreFactory
 
 from sessionledger import replay
@@ -287,11 +288,7 @@ def test_tampering_in_an_old_segment_is_detected(rolled: tuple[FileStore, Path])
 
 
 def _crash_at(root: str, step: str) -> None:
-    def die(name: str) -> None:
-        if name == step:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    _segfiles._step = die
+    die_at_roll_step(step)
     store = FileStore(root, durability="always", segment_bytes=SMALL)
     with store.session(KEY) as w:
         for i in range(200):
