@@ -227,6 +227,14 @@ class Backend(abc.ABC):
         """The backend's trash (None: it has none, and cleanup cannot run)."""
         return None
 
+    def write_import(self, key: str, raw: RawSession, data: bytes, *, sync: bool) -> None:
+        """Write what ``data`` adds to the log opened as ``raw`` (``data`` starts with
+        ``raw.data``, which is empty or ends a line), synced when ``sync``: the last step of
+        :meth:`BaseStore.import_bytes`, under the log's lock. Default: append it."""
+        raw.io.append(data[len(raw.data) :])
+        if sync:
+            raw.io.sync()
+
     # -- derived views: bytes kept beside the logs (defaults keep nothing) -----------------
 
     def snapshot_bytes(self, key: str) -> bytes | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import itertools
 import os
 import stat
 import time
@@ -32,7 +33,13 @@ import msgspec
 
 from ._backend import Backend, LogStat, TrashBin, TrashEntry
 from ._changes import ChangeTable, ChangeView, slot_of
-from ._errors import EventLogError, NotALogError, SessionNotFoundError, UnsafePathError
+from ._errors import (
+    EventLogError,
+    InvalidEventError,
+    NotALogError,
+    SessionNotFoundError,
+    UnsafePathError,
+)
 from ._fileindex import FileIndexFiles
 from ._fileio import (
     LIVE_BIT,
@@ -58,11 +65,13 @@ from ._safeio import (
     remove,
     storage_error,
     write_atomic,
+    write_new,
 )
 from ._seal import seal, unseal
 from ._segfiles import all_closed, closed_parts, has_segments, read_live_start, read_whole
-from ._segments import parse_segment_name
+from ._segments import parse_segment_name, segment_name, segment_starts
 from ._snapshot import Snapshot
+from ._store_types import RawSession
 from ._writer import SessionIO
 
 LOG_SUFFIX = ".jsonl"
@@ -278,6 +287,39 @@ class FileBackend(Backend):
             return not flock_within(fd, PROBE_PATIENCE, pause=0.0002, max_pause=0.0002)
         finally:
             os.close(fd)
+
+    def write_import(self, key: str, raw: RawSession, data: bytes, *, sync: bool) -> None:
+        """A log in segments is installed as its segment files (closed ones first, read-only,
+        then the live one), byte for byte; extending a log with one is refused (nothing
+        written). Any failure removes the segment files this call wrote."""
+        starts = segment_starts(data)
+        if not starts:
+            super().write_import(key, raw, data, sync=sync)
+            return
+        if raw.data:
+            raise InvalidEventError(
+                f"cannot extend {raw.io.name} with lines that cross a segment "
+                "boundary (nothing written); import into a new key"
+            )
+        stem = key_to_stem(key)
+        written: list[str] = []
+        try:
+            for n, (lo, hi) in enumerate(itertools.pairwise([0, *starts]), start=1):
+                path = str(self.root / segment_name(stem, n))
+                try:
+                    write_new(path, data[lo:hi], sync=sync, action="import a segment")
+                except FileExistsError as exc:
+                    raise UnsafePathError(path, f"a file is in the way of segment {n}") from exc
+                written.append(path)
+                os.chmod(path, 0o400, follow_symlinks=False)
+            raw.io.append(data[starts[-1] :])
+            if sync:
+                raw.io.sync()
+                fsync_dir(str(self.root))
+        except BaseException:
+            for path in written:
+                remove(path)
+            raise
 
     def quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:
         """Append a JSON record of the cut bytes to ``key``'s quarantine file."""

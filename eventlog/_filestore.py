@@ -9,29 +9,25 @@ processes. Everything else is the shared store (:class:`BaseStore`).
 from __future__ import annotations
 
 import gzip
-import itertools
 import os
 import weakref
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TypedDict
 
 from ._codec import normalize_key
 from ._errors import (
-    CorruptLogError,
     InvalidEventError,
     NotALogError,
     SessionNotFoundError,
-    StoreClosedError,
     UnsafePathError,
 )
 from ._filebackend import FileBackend
 from ._fileio import read_log_file
 from ._keystore import FileKeyStore, KeyProvider, KeyStore
-from ._names import check_key, key_to_stem
-from ._safeio import fsync_dir, remove, storage_error, sweep_temps, write_atomic, write_new
+from ._names import check_key
+from ._safeio import fsync_dir, remove, storage_error, sweep_temps, write_atomic
 from ._segfiles import clean_rolls, read_live_start, read_segment, stray_segments
-from ._segments import DEFAULT_SEGMENT_BYTES, segment_name, segment_starts
+from ._segments import DEFAULT_SEGMENT_BYTES
 from ._store import BaseStore
 from ._store_types import CutReport
 from ._tokens import TokenCounter
@@ -180,65 +176,6 @@ class FileStore(BaseStore):
         live segment), each with why; nothing is changed (``clean_leftovers`` removes those a
         crashed roll left)."""
         return [(Path(p), why) for p, why in stray_segments(str(self.root))]
-
-    def import_bytes(
-        self, key: str, data: bytes, *, rejected: Sequence[tuple[str, int, int, bytes]] = ()
-    ) -> str:
-        """See :meth:`BaseStore.import_bytes`; a log in segments is installed as its segment
-        files (closed ones first, then the live one), byte for byte."""
-        key = check_key(key)
-        starts = segment_starts(data)
-        if not starts:
-            return super().import_bytes(key, data, rejected=rejected)
-        decoded = self._decode(key, data)
-        problem = decoded.bad or decoded.torn
-        if problem is not None:
-            raise CorruptLogError(self._describe(key), problem.line, problem.reason)
-        files = self._files
-        with self._mutex:
-            if self._closed:
-                raise StoreClosedError("the store is closed")
-            raw = files.open_raw(key, True)
-            assert raw is not None
-            written: list[str] = []
-            try:
-                existing = raw.data
-                if existing == data:
-                    return "unchanged"
-                if existing:
-                    if not data.startswith(existing):
-                        return "clash"
-                    raise InvalidEventError(
-                        f"cannot extend {raw.io.name} with lines that cross a segment "
-                        "boundary (nothing written); import into a new key"
-                    )
-                stem = key_to_stem(key)
-                sync = self.durability != "none"
-                bounds = [0, *starts]
-                for n, (lo, hi) in enumerate(itertools.pairwise(bounds), start=1):
-                    path = str(self.root / segment_name(stem, n))
-                    try:
-                        write_new(path, data[lo:hi], sync=sync, action="import a segment")
-                    except FileExistsError as exc:
-                        raise UnsafePathError(path, f"a file is in the way of segment {n}") from exc
-                    written.append(path)
-                    os.chmod(path, 0o400, follow_symlinks=False)
-                raw.io.append(data[starts[-1] :])
-                if sync:
-                    raw.io.sync()
-                    fsync_dir(str(self.root))
-                for why, line, offset, text in rejected:
-                    files.quarantine(key, text, reason=why, line=line, offset=offset)
-                return "created"
-            except BaseException:
-                raw.io.close()
-                for path in written:
-                    remove(path)
-                if raw.created:
-                    files.remove(key)
-                raise
-            finally:
-                raw.io.close()
 
     def cut(
         self, key: str, offset: int, *, reason: str, expect_length: int | None = None

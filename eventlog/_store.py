@@ -470,9 +470,7 @@ class BaseStore:
                     return "unchanged"
                 if existing and (not existing.endswith(b"\n") or not data.startswith(existing)):
                     return "clash"
-                raw.io.append(data[len(existing) :])
-                if self.durability != "none":
-                    raw.io.sync()
+                self._backend.write_import(key, raw, data, sync=self.durability != "none")
                 if not existing:
                     for reason, line, offset, text in rejected:
                         self._backend.quarantine(key, text, reason=reason, line=line, offset=offset)
