@@ -8,7 +8,6 @@ processes. Everything else is the shared store (:class:`BaseStore`).
 
 from __future__ import annotations
 
-import gzip
 import os
 import weakref
 from pathlib import Path
@@ -24,9 +23,9 @@ from ._errors import (
 from ._filebackend import FileBackend
 from ._fileio import read_log_file
 from ._keystore import FileKeyStore, KeyProvider, KeyStore
-from ._names import check_key
-from ._safeio import fsync_dir, remove, storage_error, sweep_temps, write_atomic
-from ._segfiles import clean_rolls, read_live_start, read_segment, stray_segments
+from ._names import check_key, key_to_stem
+from ._safeio import fsync_dir, storage_error, sweep_temps
+from ._segfiles import clean_rolls, compress_closed, read_live_start, stray_segments
 from ._segments import DEFAULT_SEGMENT_BYTES
 from ._store import BaseStore
 from ._store_types import CutReport
@@ -158,18 +157,9 @@ class FileStore(BaseStore):
         """Gzip the closed segments of ``key``'s log (``<stem>.<n>.seg.gz``); readers and
         ``verify`` read them as before. Returns the files written. The live segment is left
         alone; a crash leaves both forms of one segment, and the next call finishes."""
-        done: list[Path] = []
-        for path in self._files.segment_paths(check_key(key)):
-            if path.name.endswith(".gz"):
-                continue
-            data = read_segment(str(path), False)
-            target = path.with_name(path.name + ".gz")
-            write_atomic(str(self.root), target.name, gzip.compress(data, mtime=0))
-            remove(str(path))
-            done.append(target)
-        if done and self.durability != "none":
-            fsync_dir(str(self.root))
-        return done
+        stem = key_to_stem(check_key(key))
+        done = compress_closed(str(self.root), stem, sync=self.durability != "none")
+        return [Path(p) for p in done]
 
     def stray_segments(self) -> list[tuple[Path, str]]:
         """Closed-segment files that no log reads (of no session, or numbered at or past its

@@ -38,7 +38,15 @@ import msgspec
 from ._codec import encode_line
 from ._errors import CorruptLogError, StorageError, UnsafePathError
 from ._events import Header
-from ._safeio import open_regular, read_fd, read_regular, storage_error
+from ._safeio import (
+    fsync_dir,
+    open_regular,
+    read_fd,
+    read_regular,
+    remove,
+    storage_error,
+    write_atomic,
+)
 from ._segments import next_header, parse_segment_name, segment_name, segment_number
 
 _header_decoder = msgspec.json.Decoder(Header)
@@ -165,6 +173,24 @@ def read_whole(root: str, stem: str, fd: int, offset: int = 0) -> tuple[int, byt
     parts = closed_parts(root, stem, live, offset)
     parts.append(tail)
     return live.base + len(tail), b"".join(parts)  # one copy of the whole
+
+
+def compress_closed(root: str, stem: str, *, sync: bool) -> list[str]:
+    """Gzip the closed segments of ``stem``'s log (``<stem>.<n>.seg.gz``, written atomically,
+    then the plain file removed); returns the files written. The live segment is left alone; a
+    crash leaves both forms of one segment (readers take either), and the next call finishes."""
+    done: list[str] = []
+    for path in all_closed(root, stem):
+        if path.endswith(".gz"):
+            continue
+        data = read_segment(path, False)
+        name = os.path.basename(path) + ".gz"
+        write_atomic(root, name, gzip.compress(data, mtime=0))
+        remove(path)
+        done.append(os.path.join(root, name))
+    if done and sync:
+        fsync_dir(root)
+    return done
 
 
 def has_segments(root: str, stem: str) -> bool:
