@@ -153,7 +153,7 @@ def _fold_new(
         return False
     for event in store._privacy.unseal_events(key, state, decoded.events):
         apply(state, event)
-    state.head = decoded.head  # the last line's: a segment header is a link too
+    state.head = decoded.head  # the last line's, as in fold_decoded
     io.set_size(decoded.valid_length)
     if torn is not None and locked:
         store._reports[key] = cut_torn(store, key, io, torn, decoded.valid_length)

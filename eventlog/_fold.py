@@ -38,7 +38,7 @@ from typing import Any, assert_never
 
 import msgspec
 
-from ._codec import ZERO_HASH
+from ._codec import ZERO_HASH, Decoded
 from ._events import (
     Cleared,
     Compacted,
@@ -361,4 +361,17 @@ def fold(
         state = initial_state(header)
     for event in events:
         apply(state, event)
+    return state
+
+
+def fold_decoded(
+    header: Header, decoded: Decoded, state: SessionState | None = None
+) -> SessionState:
+    """Fold a decoded log's events onto ``state`` (or onto the initial state of ``header``).
+
+    The state's head is the hash of the log's last line, not of its last event: a segment
+    header is a link in the chain too, and the next line chains from it.
+    """
+    state = fold(header, decoded.events, state)
+    state.head = decoded.head
     return state

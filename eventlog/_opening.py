@@ -33,7 +33,7 @@ from ._errors import (
     SessionNotFoundError,
 )
 from ._events import FORMAT_VERSION, Header
-from ._fold import SessionState, fold
+from ._fold import SessionState, fold, fold_decoded
 from ._indexsnap import IndexMeta
 from ._snapshot import Snapshot
 from ._store_types import OpenReport, RawSession
@@ -124,8 +124,7 @@ def prepare(
     report = OpenReport(key)
     if decoded.torn is not None:
         report = cut_torn(store, key, raw.io, decoded.torn, decoded.valid_length)
-    state = restored[3] if restored is not None else fold(decoded.header, decoded.events)
-    state.head = decoded.head  # the last line's: a segment header is a link too
+    state = restored[3] if restored is not None else fold_decoded(decoded.header, decoded)
     return state, report
 
 

@@ -37,7 +37,7 @@ from ._errors import (
     StoreClosedError,
 )
 from ._events import Event, Header
-from ._fold import SessionState, fold
+from ._fold import SessionState, fold_decoded
 from ._lifecycle import CleanupReport, EndHook, Lifecycle
 from ._names import check_key
 from ._opening import check_metadata, decode_checked, new_header, open_checked, prepare
@@ -164,8 +164,7 @@ class BaseStore:
             raise CorruptLogError(self._describe(key), decoded.bad.line, decoded.bad.reason)
         assert decoded.header is not None
         if restored is None:
-            state = fold(decoded.header, decoded.events)
-        state.head = decoded.head  # the last line's: a segment header is a link too
+            state = fold_decoded(decoded.header, decoded)
         return LoadedLog(
             key=key,
             path=self._describe(key),

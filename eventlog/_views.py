@@ -34,7 +34,7 @@ from ._codec import Decoded
 from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
 from ._events import Header
 from ._fileindex import IndexFiles
-from ._fold import SessionState, fold
+from ._fold import SessionState, fold_decoded
 from ._indexsnap import (
     FileColdIds,
     FileMessages,
@@ -229,8 +229,7 @@ class SnapshotViews:
         decoded = self._store._decode(key, data)
         self._refuse_bad_line(key, decoded)
         assert decoded.header is not None
-        state = fold(decoded.header, decoded.events)
-        state.head = decoded.head  # the last line's: a segment header is a link too
+        state = fold_decoded(decoded.header, decoded)
         return data, decoded, decoded.header, state
 
     def _write_index_snapshot(
@@ -310,8 +309,7 @@ class SnapshotViews:
             return None  # sealed with a key that is gone (erased): read the log
         if isinstance(snap, Snapshot):
             restored = snap.state
-        state = fold(snap.header, decoded.events, restored)
-        state.head = decoded.head  # the last line's: a segment header is a link too
+        state = fold_decoded(snap.header, decoded, restored)
         self.seqs[key] = snap.seq
         return snap, tail, decoded, state
 
