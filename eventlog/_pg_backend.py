@@ -90,7 +90,7 @@ class PgBackend(Backend):
     def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
         """The log's length and its bytes from ``offset`` on (only the rows from there)."""
         db = self._db
-        with db.reading("read") as conn:
+        with db.reading("read", via_run=True) as conn:
             rows = run(conn, db.sql.tail, {"k": key.encode(), "o": offset}, binary=True).fetchall()
         if not rows:
             raise SessionNotFoundError(key)
@@ -99,7 +99,7 @@ class PgBackend(Backend):
     def exists(self, key: str) -> bool:
         """One indexed lookup of the session row."""
         db = self._db
-        with db.reading("read") as conn:
+        with db.reading("read", via_run=True) as conn:
             return run(conn, db.sql.exists, (key.encode(),)).fetchone() is not None
 
     def quarantine(self, key: str, data: bytes, *, reason: str, line: int, offset: int) -> str:

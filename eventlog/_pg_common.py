@@ -26,7 +26,7 @@ import msgspec
 from ._errors import EventLogError, StorageError
 from ._fold import EndedConversation, SessionState
 from ._names import split_key
-from ._pg_schema import channel_name
+from ._pg_schema import channel_name, check_statement
 from ._preview import PREVIEW_MESSAGES, USER_PREVIEW, preview_candidates, preview_with_role
 
 if TYPE_CHECKING:
@@ -371,18 +371,38 @@ def run(
     *,
     binary: bool = False,
 ) -> psycopg.Cursor[tuple[Any, ...]]:
-    """Execute ``query`` on the connection's own reused cursor, prepared; return the cursor
-    (fetch from it before the next :func:`run` on that connection).
+    """Execute ``query`` on the connection's own reused cursor; return the cursor (fetch from
+    it before the next :func:`run` on that connection).
 
     A connection serves one thread at a time, so its cursor does too. Creating a cursor per
     statement (``conn.execute``) costs more client time than the rest of a short statement.
+
+    A statement's first run on a connection is sent unprepared (parse, bind and execute in
+    one round trip); from its second run on it is prepared (psycopg prepares in a round trip
+    of its own, paid once by a statement run again, never by one run once: a CLI's listing).
+    A connection lent before the store's schema was checked carries that check
+    (``_sessionledger_check``): it is sent with the statement, in the same round trip.
     """
     cur: psycopg.Cursor[tuple[Any, ...]] | None = getattr(conn, "_sessionledger_cursor", None)
     if cur is None or cur.closed:
         cur = conn.cursor()
         with contextlib.suppress(AttributeError):  # a connection class that takes no attributes
             conn._sessionledger_cursor = cur  # type: ignore[attr-defined]
-    cur.execute(query, args, prepare=True, binary=binary)
+    seen: set[bytes] | None = getattr(conn, "_sessionledger_seen", None)
+    if seen is None:
+        seen = set()
+        with contextlib.suppress(AttributeError):
+            conn._sessionledger_seen = seen  # type: ignore[attr-defined]
+    check = getattr(conn, "_sessionledger_check", None)
+    if check is not None:
+        conn._sessionledger_check = None  # type: ignore[attr-defined]
+        check(conn, cur, query, args, binary)
+    elif query in seen:
+        cur.execute(query, args, prepare=True, binary=binary)
+    else:
+        cur.execute(query, args, prepare=False, binary=binary)
+    if len(seen) < 512:
+        seen.add(query)
     return cur
 
 
@@ -428,6 +448,8 @@ class Statements:
         def q(text: str) -> bytes:
             return sql.SQL(text).format(s=s, channel=sql.Literal(self.channel)).as_bytes(None)
 
+        #: Fails unless the schema is at this code's version (sent with a store's first query).
+        self.check_schema = check_statement(schema)
         self.lock = q("SELECT seq, head, size FROM {s}.sessions WHERE key = %s FOR UPDATE")
         self.lock_only = q("SELECT 1 FROM {s}.sessions WHERE key = %s FOR UPDATE")
         self.lines = q("SELECT line FROM {s}.events WHERE key = %s ORDER BY seq")
@@ -581,7 +603,16 @@ class PgTarget:
 
     @property
     def where(self) -> str:
-        """``postgresql://host:port/dbname (schema s)``, for messages."""
+        """``postgresql://host:port/dbname (schema s)``, for messages (parsed once per DSN
+        and schema: every new store object names its server)."""
+        known = _WHERE.get((self.dsn, self.schema))
+        if known is None:
+            if len(_WHERE) >= 64:
+                _WHERE.clear()
+            known = _WHERE[(self.dsn, self.schema)] = self._where()
+        return known
+
+    def _where(self) -> str:
         from psycopg.conninfo import conninfo_to_dict
 
         try:
@@ -609,5 +640,17 @@ class PgTarget:
             raise StorageError(self.where, "connect", " ".join(str(exc).split())) from exc
 
     def statements(self) -> Statements:
-        """The SQL bound to this schema."""
-        return Statements(self.schema)
+        """The SQL bound to this schema (rendered once per schema and process: rendering
+        every statement cost a new store object more client time than its first query)."""
+        known = _STATEMENTS.get(self.schema)
+        if known is None:
+            if len(_STATEMENTS) >= 64:
+                _STATEMENTS.clear()
+            known = _STATEMENTS[self.schema] = Statements(self.schema)
+        return known
+
+
+#: Printable server names by (DSN, schema).
+_WHERE: dict[tuple[str, str], str] = {}
+#: Rendered statements by schema (immutable: bytes only).
+_STATEMENTS: dict[str, Statements] = {}

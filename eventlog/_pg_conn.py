@@ -1,11 +1,18 @@
 """The PostgreSQL store's connections: its own first connection, then a pool, per process.
 
 Rules:
-- The first connection (made when the store is, so a bad DSN fails fast and clearly) checks
-  and migrates the schema, then stays the store's own: lent before any pooled one, so a store
+- The first connection (made when the store is, so a bad DSN fails fast and clearly) stays
+  the store's own: lent before any pooled one, so a store
   used by one thread at a time (a CLI run, a single agent) connects once and never starts the
   pool's threads. The pool opens, with its own connections, when that one is busy; with it,
   at most ``pool_size`` connections (2 for ``pool_size=1``).
+- The schema is checked (and migrated when older) before the store's first statement runs,
+  once per store: a read whose first statement goes through ``run`` (``reading(via_run=True)``:
+  opening, listing, state) sends the check in the same round trip, in one pipeline ahead of
+  it, so the statement never runs against a schema it was not written for (the check fails
+  first, and the pipeline's implicit transaction skips the rest); any other first use checks
+  in a query of its own when the connection is lent. A newer schema raises
+  ``SchemaVersionError`` there, and nothing is changed.
 - A connection the server ended while idle was sent nothing: it is dropped, another lent.
 - Each thread's lent connections are known (newest last): a lazy read made while a thread
   holds one (a preview computed in an append reads message bodies) runs on it
@@ -61,14 +68,14 @@ class PgConnections:
         self.closed = False
         self._synchronous = synchronous
         self._mutex = threading.RLock()
+        #: Whether the schema was found current (or migrated): see the module's rules.
+        self.checked = False
         conn = target.connect()
         try:
-            if not is_current(conn, target.schema):  # the usual case costs one query
-                migrate(conn, target.schema, self.where)
             self.configure(conn)
         except Exception as exc:
             conn.close()
-            raise translate(exc, self.where, "migrate") from exc
+            raise translate(exc, self.where, "connect") from exc
         #: The own connection while it is not lent out (a list: pop and append are atomic
         #: across threads), and which connection that is.
         self._idle_own: list[Conn] = [conn]
@@ -105,6 +112,56 @@ class PgConnections:
             name=f"sessionlog-{self.target.schema}",
         )
 
+    def check(self, conn: Conn) -> None:
+        """Check the schema on ``conn`` (one query when current), migrating an older one.
+
+        Raises:
+            SchemaVersionError: the schema is newer than this code knows (nothing changed).
+        """
+        if not is_current(conn, self.target.schema):
+            migrate(conn, self.target.schema, self.where)
+        self.checked = True
+
+    def ensure_checked(self) -> None:
+        """Check the schema now unless it was (for work on a connection not lent here)."""
+        if not self.checked:
+            self.putconn(self.getconn())
+
+    def _checked_run(
+        self,
+        conn: Conn,
+        cur: psycopg.Cursor[tuple[Any, ...]],
+        query: bytes,
+        args: Any,
+        binary: bool,
+    ) -> None:
+        """Run the store's first statement with the schema check ahead of it, one round trip.
+
+        The check fails on any schema but this code's, and the pipeline then skips the
+        statement; the schema is then looked at on its own: migrated (and the statement run)
+        when older, :class:`SchemaVersionError` when newer. A statement that failed by itself
+        (the schema current) raises its own error.
+        """
+        import psycopg
+
+        try:
+            with conn.pipeline():
+                conn.execute(self.sql.check_schema)
+                cur.execute(query, args, prepare=False, binary=binary)
+        except psycopg.OperationalError:
+            raise  # the connection, a timeout: nothing known about the schema, check next time
+        except psycopg.Error:
+            if not _idle_status(conn):
+                raise
+            if is_current(conn, self.target.schema):
+                self.checked = True
+                raise
+            migrate(conn, self.target.schema, self.where)
+            self.checked = True
+            cur.execute(query, args, prepare=False, binary=binary)
+        else:
+            self.checked = True
+
     def forked(self) -> None:
         """In a forked child, before anything else: a fresh lock (the parent's may be held),
         and no connection held by any thread (the forking thread's held ones are the parent's:
@@ -137,14 +194,23 @@ class PgConnections:
             held.pop()  # given back by another thread: no longer this one's to use
         return None
 
-    def getconn(self) -> Conn:
-        """A connection for this thread: the own one when idle, else one from the pool."""
+    def getconn(self, *, check: bool = True) -> Conn:
+        """A connection for this thread: the own one when idle, else one from the pool.
+
+        ``check``: check the schema first unless it was (False: the caller does, see
+        :meth:`reading`)."""
         conn = self._lend()
         held = getattr(self._held, "conns", None)
         if held is None:
             held = self._held.conns = []
         held.append(conn)
         self._lent[id(conn)] = threading.get_ident()
+        if check and not self.checked:
+            try:
+                self.check(conn)
+            except Exception as exc:
+                self.putconn(conn)
+                raise translate(exc, self.where, "migrate") from exc
         return conn
 
     def _lend(self) -> Conn:
@@ -216,14 +282,26 @@ class PgConnections:
             self.putconn(conn)
 
     @contextlib.contextmanager
-    def reading(self, action: str) -> Iterator[Conn]:
-        """A connection for one statement (autocommit: no BEGIN/COMMIT round trips)."""
-        conn = self.getconn()
+    def reading(self, action: str, *, via_run: bool = False) -> Iterator[Conn]:
+        """A connection for one statement (autocommit: no BEGIN/COMMIT round trips).
+
+        ``via_run``: the block's first statement goes through ``run``, which then sends the
+        schema check when it is still to be made in the same round trip (see the rules)."""
+        conn = self.getconn(check=not via_run)
+        pending = via_run and not self.checked
         try:
+            if pending:
+                try:
+                    conn._sessionledger_check = self._checked_run  # type: ignore[attr-defined]
+                except AttributeError:  # a connection class that takes no attributes
+                    pending = False
+                    self.check(conn)
             yield conn
         except Exception as exc:
             raise translate(exc, self.where, action) from exc
         finally:
+            if pending:
+                conn._sessionledger_check = None  # type: ignore[attr-defined]
             self.putconn(conn)
 
     def close(self) -> None:

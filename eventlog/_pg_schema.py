@@ -309,6 +309,21 @@ def is_current(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> bool:
     return row is not None and row[0] == SCHEMA_VERSION
 
 
+def check_statement(schema: str) -> bytes:
+    """A statement that fails unless ``schema`` is at :data:`SCHEMA_VERSION`: an undefined
+    table when there is no schema yet, a division by zero at any other version. Sent in one
+    pipeline with a store's first statement, it keeps that statement from running (the
+    pipeline's implicit transaction ends at the first error) against a schema it was not
+    written for; :func:`is_current` and :func:`migrate` then tell which it is."""
+    from psycopg import sql
+
+    return (
+        sql.SQL("SELECT 1 / coalesce((max(version) = {v})::int, 0) FROM {s}.schema_version")
+        .format(v=sql.Literal(SCHEMA_VERSION), s=sql.Identifier(schema))
+        .as_bytes(None)
+    )
+
+
 def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str, where: str) -> int:
     """Bring ``schema`` up to :data:`SCHEMA_VERSION` in one transaction; return the version.
 

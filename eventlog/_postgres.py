@@ -346,7 +346,7 @@ class PostgresStore(BaseStore):
     ) -> tuple[Loaded, bool]:
         """Load ``key`` (one query), creating it if absent and ``create``: what was loaded,
         and whether it was created."""
-        with self._reading("open") as conn:
+        with self._reading("open", via_run=True) as conn:
             loaded = self._load_on(conn, key, writing=True)
             if loaded is not None:
                 return loaded, False
@@ -402,7 +402,7 @@ class PostgresStore(BaseStore):
         if writer is not None and not writer.closed:
             writer.refresh()
             return writer.state
-        with self._reading("read") as conn:
+        with self._reading("read", via_run=True) as conn:
             state = self._load_state(conn, key)
         if state is None:
             raise SessionNotFoundError(key)
@@ -487,20 +487,32 @@ class PostgresStore(BaseStore):
         ``projections.list_sessions`` calls this and turns the records into its rows.
         """
         query, params = catalog_query(self.schema, filter)
-        with self._reading("list") as conn:
+        with self._reading("list", via_run=True) as conn:
             rows = run(conn, query, params, binary=True).fetchall()
         return [catalog_record(row) for row in rows]
+
+    def ensure_schema(self) -> None:
+        """Create or migrate the schema now (otherwise the store's first statement does, in
+        the same round trip when it can: a new store object sends nothing but the connect).
+
+        Raises:
+            SchemaVersionError: the database's schema is newer than this library (nothing
+                was changed).
+        """
+        self._db.ensure_checked()
 
     def committed(self, key: str, event_id: str) -> int | None:
         """The seq ``event_id`` was committed at in ``key``, or None (after an unknown outcome)."""
         kb = check_key(key).encode()
-        with self._reading("read") as conn:
+        with self._reading("read", via_run=True) as conn:
             row = run(conn, self._sql.find_id, (kb, event_id.encode())).fetchone()
         return None if row is None else int(row[0])
 
     def follow_waker(self, key: str) -> NotifyWaker:
         """A waker for ``replay.follow``: returns when an append to ``key`` commits (NOTIFY)."""
-        return NotifyWaker(self.target, self._sql, check_key(key))
+        key = check_key(key)
+        self._db.ensure_checked()  # the waker's connection is its own: the schema first
+        return NotifyWaker(self.target, self._sql, key)
 
     @contextlib.contextmanager
     def batch(self, key: str) -> Iterator[SessionWriter]:

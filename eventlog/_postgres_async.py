@@ -159,8 +159,9 @@ class AsyncPostgresSessionWriter(AsyncSessionWriter):
 class AsyncPostgresStore(AsyncBaseStore):
     """Sessions in PostgreSQL from async code (asyncio or trio): the twin of PostgresStore.
 
-    Takes the same arguments as :class:`PostgresStore`. The constructor connects and migrates
-    (bounded by ``connect_timeout``); :meth:`connect` does that in a worker thread instead.
+    Takes the same arguments as :class:`PostgresStore`. The constructor connects (bounded by
+    ``connect_timeout``); :meth:`connect` does that in a worker thread instead. The schema is
+    created or migrated with the store's first statement (or by :meth:`ensure_schema`).
     """
 
     def __init__(self, dsn: str, **kwargs: Any) -> None:
@@ -232,6 +233,10 @@ class AsyncPostgresStore(AsyncBaseStore):
     async def query_catalog_records(self, filter: Any) -> list[CatalogRecord]:
         """The catalog rows ``filter`` selects (see :meth:`PostgresStore.query_catalog_records`)."""
         return await anyio.to_thread.run_sync(partial(self._pg.query_catalog_records, filter))
+
+    async def ensure_schema(self) -> None:
+        """Create or migrate the schema now (see :meth:`PostgresStore.ensure_schema`)."""
+        await anyio.to_thread.run_sync(self._pg.ensure_schema)
 
     def follow_waker(self, key: str) -> NotifyWaker:
         """A waker for ``replay.follow`` (see :meth:`PostgresStore.follow_waker`)."""

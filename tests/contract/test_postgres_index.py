@@ -46,16 +46,29 @@ def _long(store: Any, key: str = KEY, count: int = 300) -> None:
 
 
 class _Trips:
-    """Server round trips (psycopg's ``Connection.wait``) and log bytes read by offset."""
+    """Server round trips (psycopg's ``Connection.wait``, a pipeline counting once) and log
+    bytes read by offset."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.trips = 0
         self.log_bytes = 0
         wait, read_log = psycopg.Connection.wait, PgIndexFiles.read_log
+        leave, sync = psycopg.Pipeline.__exit__, psycopg.Pipeline.sync
 
         def counted_wait(conn: Any, *args: Any, **kwargs: Any) -> Any:
-            self.trips += 1
+            # In a pipeline psycopg waits for each statement it sends without blocking on the
+            # server: the pipeline's sync (or its end) is its one round trip.
+            if conn._pipeline is None:
+                self.trips += 1
             return wait(conn, *args, **kwargs)
+
+        def counted_leave(pipeline: Any, *args: Any) -> Any:
+            self.trips += 1
+            return leave(pipeline, *args)
+
+        def counted_sync(pipeline: Any) -> Any:
+            self.trips += 1
+            return sync(pipeline)
 
         def counted_read(files: PgIndexFiles, offset: int, length: int) -> bytes:
             got = read_log(files, offset, length)
@@ -63,6 +76,8 @@ class _Trips:
             return got
 
         monkeypatch.setattr(psycopg.Connection, "wait", counted_wait)
+        monkeypatch.setattr(psycopg.Pipeline, "__exit__", counted_leave)
+        monkeypatch.setattr(psycopg.Pipeline, "sync", counted_sync)
         monkeypatch.setattr(PgIndexFiles, "read_log", counted_read)
 
 
@@ -197,10 +212,10 @@ def test_a_version_6_database_with_its_snapshots_is_migrated(
         conn.execute(f'DROP TABLE "{pg.schema}".snapshot_records')
         conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 6')
     again = make_pg()
+    loaded = again.load(KEY)  # the store's first use migrates
     with psycopg.connect(dsn) as conn:
         top = conn.execute(f'SELECT max(version) FROM "{pg.schema}".schema_version').fetchone()
-    assert top == (SCHEMA_VERSION,) and SCHEMA_VERSION == 7
-    loaded = again.load(KEY)
+    assert top == (SCHEMA_VERSION,) and SCHEMA_VERSION >= 7
     assert loaded.snapshot_seq > 0 and loaded.state == expected  # the old snapshot still opens
     assert again.session(KEY).state == expected
     assert again.write_snapshot(KEY).written  # the next one is an index snapshot

@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -426,19 +426,34 @@ def test_a_failed_commit_leaves_no_trace_in_the_writer_state(
 
 
 class _RoundTrips:
-    """Counts waits on the server (psycopg's ``Connection.wait``) on this thread."""
+    """Counts waits on the server (psycopg's ``Connection.wait``) on this thread; a pipeline
+    counts once (psycopg waits for each statement it sends in one without blocking on the
+    server: the pipeline's sync, or its end, is its one round trip)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
         real = psycopg.Connection.wait
+        leave, sync = psycopg.Pipeline.__exit__, psycopg.Pipeline.sync
         me = threading.get_ident()
 
         def wait(conn: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == me:
+            if threading.get_ident() == me and conn._pipeline is None:
                 self.count += 1
             return real(conn, *args, **kwargs)
 
+        def counted_leave(pipeline: Any, *args: Any) -> Any:
+            if threading.get_ident() == me:
+                self.count += 1
+            return leave(pipeline, *args)
+
+        def counted_sync(pipeline: Any) -> Any:
+            if threading.get_ident() == me:
+                self.count += 1
+            return sync(pipeline)
+
         monkeypatch.setattr(psycopg.Connection, "wait", wait)
+        monkeypatch.setattr(psycopg.Pipeline, "__exit__", counted_leave)
+        monkeypatch.setattr(psycopg.Pipeline, "sync", counted_sync)
 
     def __call__(self, fn: Any) -> int:
         self.count = 0
@@ -586,14 +601,54 @@ def test_silent_server_times_out_within_the_connect_timeout(schema: str) -> None
 
 def test_newer_schema_is_refused(make_pg: StoreFactory, dsn: str) -> None:
     pg = make_pg()
+    pg.ensure_schema()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             f'INSERT INTO "{pg.schema}".schema_version (version, description) VALUES (999, %s)',
             ("from the future",),
         )
-    with pytest.raises(SchemaVersionError) as info:
-        make_pg()
-    assert (info.value.found, info.value.known) == (999, SCHEMA_VERSION)
+    newer = make_pg()  # connects; the schema is checked with its first statement
+    uses: dict[str, Callable[[], object]] = {
+        "list (check and query in one pipeline)": lambda: projections_list(newer),
+        "open": lambda: newer.session("telegram:1"),
+        "state": lambda: newer.state("telegram:1"),
+        "exists": lambda: newer.exists("telegram:1"),
+        "keys (checked on its own)": lambda: newer.keys(),
+        "follow": lambda: newer.follow_waker("telegram:1"),
+    }
+    for what, use in uses.items():
+        with pytest.raises(SchemaVersionError) as info:
+            use()
+        assert (info.value.found, info.value.known) == (999, SCHEMA_VERSION), what
+    with psycopg.connect(dsn, autocommit=True) as conn:  # nothing written, nothing migrated
+        assert conn.execute(f'SELECT count(*) FROM "{pg.schema}".sessions').fetchone() == (0,)
+        top = conn.execute(f'SELECT max(version) FROM "{pg.schema}".schema_version').fetchone()
+    assert top == (999,)
+
+
+def test_a_new_stores_first_listing_checks_the_schema_in_the_same_round_trip(
+    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg = make_pg()
+
+    def created() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", (pg.schema,))
+            return bool(row.fetchone() == (True,))
+
+    assert not created()  # a store object sends nothing but the connect
+    pg.ensure_schema()
+    assert created()
+    pg.session("telegram:1").append_message("user", "hello")
+    trips = _RoundTrips(monkeypatch)
+    fresh: list[Any] = []
+    assert trips(lambda: fresh.append(make_pg())) == 0  # the connection only, no query
+    assert trips(lambda: projections_list(fresh[0])) == 1  # the check and the listing
+    assert fresh[0]._db.checked
+    assert trips(lambda: projections_list(fresh[0])) == 1
+    other = make_pg()
+    assert trips(lambda: other.keys()) == 2  # not through run: the check on its own first
+    assert trips(lambda: other.keys()) == 1
 
 
 # -- catalog, snapshots, notifications --------------------------------------------------------
@@ -940,13 +995,25 @@ def test_an_older_schema_is_migrated_in_place(make_pg: StoreFactory, dsn: str) -
     _conversation(pg)
     with psycopg.connect(dsn, autocommit=True) as conn:  # back to version 1
         conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 1')
+
+    def versions() -> list[int]:
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                f'SELECT version FROM "{pg.schema}".schema_version ORDER BY version'
+            ).fetchall()
+        return [v[0] for v in rows]
+
     again = make_pg()
-    with psycopg.connect(dsn) as conn:
-        versions = conn.execute(
-            f'SELECT version FROM "{pg.schema}".schema_version ORDER BY version'
-        ).fetchall()
-    assert [v[0] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
+    assert versions() == [1]  # a store object changes nothing until it is used
+    # Its first statement (a listing: the check in the same pipeline) migrates, then runs.
+    assert projections_list(again) == ["telegram:42"]
+    assert versions() == list(range(1, SCHEMA_VERSION + 1))
     assert again.read_bytes("telegram:42") == pg.read_bytes("telegram:42")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # back to version 1 again
+        conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 1')
+    third = make_pg()
+    assert third.keys() == ["telegram:42"]  # a first use outside run: checked on its own
+    assert versions() == list(range(1, SCHEMA_VERSION + 1))
 
 
 def test_a_version_5_database_is_migrated_and_appends_through_append_event(
@@ -961,10 +1028,10 @@ def test_a_version_5_database_is_migrated_and_appends_through_append_event(
         conn.execute(f'DROP FUNCTION "{pg.schema}".append_event')
         conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 5')
     again = make_pg()
+    w = again.session("telegram:42")  # the first use migrates
     with psycopg.connect(dsn) as conn:
         top = conn.execute(f'SELECT max(version) FROM "{pg.schema}".schema_version').fetchone()
     assert top == (SCHEMA_VERSION,)
-    w = again.session("telegram:42")
     seq = w.seq
     for n in range(3):  # the first writes the catalog in full, the rest take append_event
         assert w.append_message("user", f"after the upgrade {n}") == seq + n + 1
