@@ -144,23 +144,27 @@ class PgConnections:
         """
         import psycopg
 
+        error: psycopg.Error | None = None
         try:
             with conn.pipeline():
-                conn.execute(self.sql.check_schema)
-                cur.execute(query, args, prepare=False, binary=binary)
-        except psycopg.OperationalError:
-            raise  # the connection, a timeout: nothing known about the schema, check next time
-        except psycopg.Error:
-            if not _idle_status(conn):
-                raise
-            if is_current(conn, self.target.schema):
-                self.checked = True
-                raise
-            migrate(conn, self.target.schema, self.where)
+                try:
+                    conn.execute(self.sql.check_schema)
+                    cur.execute(query, args, prepare=False, binary=binary)
+                except psycopg.Error as exc:  # kept: psycopg logs one raised out of the block
+                    error = exc
+        except psycopg.Error as exc:  # the pipeline's end: the error, or that it aborted
+            error = error or exc
+        if error is None:
             self.checked = True
-            cur.execute(query, args, prepare=False, binary=binary)
-        else:
+            return
+        if isinstance(error, psycopg.OperationalError) or not _idle_status(conn):
+            raise error  # the connection, a timeout: nothing known of the schema, check later
+        if is_current(conn, self.target.schema):
             self.checked = True
+            raise error  # the statement's own error
+        migrate(conn, self.target.schema, self.where)
+        self.checked = True
+        cur.execute(query, args, prepare=False, binary=binary)
 
     def forked(self) -> None:
         """In a forked child, before anything else: a fresh lock (the parent's may be held),

@@ -171,7 +171,8 @@ def populate(server: str, name: str, sessions: int) -> None:
     from sessionledger.eventlog._pg_common import catalog_values, key_parts
     from sessionledger.eventlog.codec import ZERO_HASH, encode_line
 
-    PostgresStore(server, schema=name).close()  # create the schema
+    with PostgresStore(server, schema=name) as made:  # create the schema
+        made.ensure_schema()
     start = datetime(2026, 1, 1, tzinfo=UTC)
     channels = ["telegram", "slack", "discord", "web"]
     states = ["active", "idle", "archived"]
