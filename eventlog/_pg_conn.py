@@ -46,14 +46,16 @@ if TYPE_CHECKING:
 
 def _idle_status(conn: Conn) -> bool:
     """Whether ``conn`` is outside any transaction (rolling back one left open, if it can)."""
-    import psycopg
-
-    idle = psycopg.pq.TransactionStatus.IDLE
-    if conn.info.transaction_status == idle:
+    # pgconn's status, not conn.info's: ``info`` builds an object on every access, a few
+    # microseconds of each append's client time.
+    if conn.pgconn.transaction_status == _IDLE:
         return True
     with contextlib.suppress(Exception):
         conn.rollback()
-    return bool(conn.info.transaction_status == idle)
+    return bool(conn.pgconn.transaction_status == _IDLE)
+
+
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (an IntEnum; psycopg is imported lazily)
 
 
 class PgConnections:

@@ -432,8 +432,13 @@ def idle_ok(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
     if conn.closed or conn.broken:
         return False
     try:
-        poller = select.poll()
-        poller.register(conn.pgconn.socket, select.POLLIN)
+        # One poller per connection (its socket does not change while it is open).
+        poller: Any = getattr(conn, "_sessionledger_poller", None)
+        if poller is None:
+            poller = select.poll()
+            poller.register(conn.pgconn.socket, select.POLLIN)
+            with contextlib.suppress(AttributeError):
+                conn._sessionledger_poller = poller  # type: ignore[attr-defined]
         return not poller.poll(0)
     except (OSError, ValueError):
         return False

@@ -131,3 +131,10 @@ def test_import_eventlog_does_not_import_psycopg() -> None:
 
     code = "import sys, eventlog; assert 'psycopg' not in sys.modules, 'psycopg imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_idle_status_the_pool_compares_is_libpqs() -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from sessionledger.eventlog import _pg_conn
+
+    assert psycopg.pq.TransactionStatus.IDLE == _pg_conn._IDLE
