@@ -55,7 +55,7 @@ from ._fileio import (
 from ._filetrash import TrashLock, list_entries, move_to_trash, purge_entry, restore_entry
 from ._fileviews import list_log_names, read_from, read_view, remove_file, scan_logs, stat_log
 from ._indexsnap import IndexMeta
-from ._lease import LEASES, PROBE_PATIENCE
+from ._lease import LEASES, PROBE_PATIENCE, mark_waiting
 from ._names import key_to_stem, stem_to_key
 from ._safeio import (
     append_private,
@@ -283,7 +283,9 @@ class FileBackend(Backend):
         try:
             # A lease (see ``_lease``) keeps a lock across a burst of appends: end ours, and
             # give another process's the time it takes to lapse before calling the lock held.
+            # (Marked as a waiter, so that the lease ends at its reaper's next look.)
             LEASES.end_all()
+            mark_waiting(fd)  # (closing ``fd`` drops the mark)
             return not flock_within(fd, PROBE_PATIENCE, pause=0.0002, max_pause=0.0002)
         finally:
             os.close(fd)

@@ -41,7 +41,16 @@ from typing import TYPE_CHECKING, TypeVar
 from ._changes import ChangeTable, slot_of
 from ._errors import LockedError, SessionNotFoundError, StorageError
 from ._fold import SessionState
-from ._lease import LEASE_COOL, LEASE_IDLE, LEASE_MAX, LEASE_SHARED, LEASES
+from ._lease import (
+    LEASE_COOL,
+    LEASE_IDLE,
+    LEASE_SHARED,
+    LEASES,
+    WAITERS_MARK,
+    mark_waiting,
+    somebody_waits,
+    unmark_waiting,
+)
 from ._safeio import open_regular, read_fd, storage_error
 from ._segfiles import LiveStart, closed_parts, read_live_start, roll, rolled_away
 
@@ -128,18 +137,27 @@ def lock_fd(
             pass
     deadline = time.monotonic() + timeout
     tries = 0
-    while True:
-        # Holders keep the lock for one write (microseconds): yield the processor a few
-        # times, then poll every 50 us, backing off to 1 ms only for a long hold.
-        if while_waiting is None or not while_waiting():
-            tries += 1
-            time.sleep(0 if tries <= 8 else min(0.00005 * (1 << min((tries - 8) // 32, 5)), 0.001))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise LockedError(key, path) from None
+    # Say that we wait: a lease of another process on this log ends at its reaper's next look
+    # (see ``_lease``), not by age.
+    marked = mark_waiting(fd)
+    try:
+        while True:
+            # Holders keep the lock for one write (microseconds): yield the processor a few
+            # times, then poll every 50 us, backing off to 1 ms only for a long hold.
+            if while_waiting is None or not while_waiting():
+                tries += 1
+                time.sleep(
+                    0 if tries <= 8 else min(0.00005 * (1 << min((tries - 8) // 32, 5)), 0.001)
+                )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockedError(key, path) from None
+    finally:
+        if marked:
+            unmark_waiting(fd)
 
 
 def flock_within(fd: int, seconds: float, *, pause: float, max_pause: float) -> bool:
@@ -234,16 +252,17 @@ class FdPool:
         with self.mutex:
             return self._evict_one(keep=None)
 
-    def end_lease(self, io: FileIO, idle_since: float | None, wait: float = -1) -> bool:
+    def end_lease(self, io: FileIO, used: int | None, wait: float = -1) -> bool:
         """End ``io``'s lease (see :mod:`eventlog._lease`) unless it is in use or, with
-        ``idle_since``, was used after that time. True: it has no lease now. ``wait``: at most
-        this long for the mutex (-1: as long as it takes; False when it ran out)."""
+        ``used``, a transaction began since ``io.used`` was that. True: it has no lease now.
+        ``wait``: at most this long for the mutex (-1: as long as it takes; False when it ran
+        out)."""
         if not self.mutex.acquire(timeout=wait):
             return False
         try:
             if not io.leased:
                 return True
-            if idle_since is not None and io.lease_used > idle_since:
+            if used is not None and io.used != used:
                 return False
             io.evicting = True
             try:
@@ -368,7 +387,6 @@ class FileIO:
         self.leased = False
         #: A writer of this process waits for this lock: end the lease at the next exit.
         self.lease_yield = False
-        self.lease_used = 0.0
         self.lease_start = 0.0
         self._last_exit = -1e18
         self._cool_until = 0.0
@@ -653,7 +671,7 @@ class FileIO:
         if pool is None:  # a private descriptor, locked since it was opened
             return True
         if self.leased:  # take the lock anew, and check the file anew
-            pool.end_lease(self, idle_since=None)
+            pool.end_lease(self, used=None)
         fd = pool.pin(self)
         try:
             if blocking:
@@ -783,11 +801,9 @@ class FileIO:
             return
         self._depth = 0
         if self.leased and kind is None and not self.lease_yield and not self._retired:
-            now = _monotonic()
-            if now - self.lease_start < LEASE_MAX:  # the lease goes on: nothing to release
-                self.lease_used = now
-                self.pinners.pop()
-                return
+            # The lease goes on: nothing to release (the reaper decides when it ends).
+            self.pinners.pop()
+            return
         try:
             fd = self.fd
             if fd >= 0:  # else: found removed, and closed
@@ -802,22 +818,21 @@ class FileIO:
 
     def _exit_leasing(self, fd: int, failed: bool) -> None:
         """End a transaction of a log that may lease: keep the lock, or release it."""
-        now = time.monotonic()
         if self.leased:
-            if failed or self.lease_yield or now - self.lease_start >= LEASE_MAX:
+            if failed or self.lease_yield:
                 self.end_lease(cool=not failed)
-            else:
-                self.lease_used = now
             return
+        now = _monotonic()
         if (
             not failed
             and not self.contended
             and now - self._last_exit < LEASE_IDLE
             and now >= self._cool_until
+            and not (WAITERS_MARK and somebody_waits(fd))
         ):
             self.leased = True
             self.lease_yield = False
-            self.lease_start = self.lease_used = now
+            self.lease_start = now
             LEASES.hold(self)
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,23 +30,36 @@ ROOT = Path(__file__).resolve().parents[2]
 KEY = "web:alice"
 
 
+def _wake_the_reaper() -> None:
+    """After a test that slowed the reaper's looks: let it look at the usual pace again."""
+    with _lease.LEASES.cond:
+        _lease.LEASES.cond.notify_all()
+
+
 @pytest.fixture
-def long_leases(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Leases that neither age out nor go idle during a test (no timing in the outcome)."""
-    monkeypatch.setattr(_fileio, "LEASE_MAX", 600.0)
+def long_leases(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Leases that neither age out nor go idle during a test (no timing in the outcome): the
+    reaper does not look again for minutes."""
     monkeypatch.setattr(_lease, "LEASE_MAX", 600.0)
+    monkeypatch.setattr(_lease, "LEASE_CHECK", 600.0)
     monkeypatch.setattr(_lease, "LEASE_IDLE", 600.0)
     monkeypatch.setattr(_fileio, "LEASE_IDLE", 600.0)
+    yield
+    monkeypatch.undo()
+    _wake_the_reaper()
 
 
 @pytest.fixture
-def slow_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+def slow_leases(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Leases that outlive a test's next few steps under any load, and still end by themselves
     (by age, or idle) well within a writer's lock timeout."""
-    monkeypatch.setattr(_fileio, "LEASE_MAX", 0.3)
     monkeypatch.setattr(_lease, "LEASE_MAX", 0.3)
+    monkeypatch.setattr(_lease, "LEASE_CHECK", 0.1)
     monkeypatch.setattr(_lease, "LEASE_IDLE", 0.1)
     monkeypatch.setattr(_fileio, "LEASE_IDLE", 0.1)
+    yield
+    monkeypatch.undo()
+    _wake_the_reaper()
 
 
 def _burst_until_leased(store: FileStore, key: str, content: str) -> None:
@@ -249,7 +263,7 @@ def test_processes_in_bursts_share_one_log_and_nobody_starves(
 HOLDER = """
 import sys
 import sessionledger.eventlog._fileio as f, sessionledger.eventlog._lease as l
-f.LEASE_MAX = l.LEASE_MAX = l.LEASE_IDLE = f.LEASE_IDLE = 600.0  # a lease that never lapses by itself
+l.LEASE_MAX = l.LEASE_CHECK = l.LEASE_IDLE = f.LEASE_IDLE = 600.0  # a lease that never lapses by itself
 from sessionledger.eventlog import FileStore
 store = FileStore(sys.argv[1], durability="none")
 w = store.session("web:alice")
@@ -433,3 +447,63 @@ def test_a_fork_inside_our_own_locks_does_not_hang(tmp_path: Path) -> None:
         timeout=30,
     )
     assert done.stdout == "forked\n", done.stderr
+
+
+BUSY = """
+import os, sys, time
+import sessionledger.eventlog._lease as l
+l.LEASE_MAX = 600.0  # a lease that never ends by age: only a waiter (or idleness) ends it
+from sessionledger.eventlog import FileStore
+root = sys.argv[1]
+store = FileStore(root, durability="none", lock_timeout=30)
+store.settle_every = 0  # settling takes the lock anew: no break in the lease from it either
+w = store.session("web:alice")
+io = store._writers["web:alice"].io
+n, told = 0, False
+deadline = time.monotonic() + 60
+while not os.path.exists(os.path.join(root, "stop")) and time.monotonic() < deadline:
+    w.append_message("user", f"busy {n}")
+    n += 1
+    if io.leased and not told:
+        print("leased", flush=True)
+        told = True
+store.close()
+print(n, flush=True)
+"""
+
+
+@pytest.mark.skipif(not _lease.WAITERS_MARK, reason="waiters mark themselves on Linux only")
+def test_another_process_waiting_ends_a_busy_lease_that_would_not_end_by_age(
+    tmp_path: Path,
+) -> None:
+    """A writer appending without a pause never lets its lease age out here: the other
+    process's append gets the lock because it marks itself waiting, and the holder's reaper
+    ends the lease at its next look (every 4 ms), not after the holder's burst."""
+    FileStore(tmp_path).session(KEY).close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    busy = subprocess.Popen(
+        [sys.executable, "-c", BUSY, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert busy.stdout is not None
+        assert busy.stdout.readline() == "leased\n"
+        store = FileStore(tmp_path, durability="none", lock_timeout=20)
+        t0 = time.monotonic()
+        store.session(KEY).append_message("user", "mine")
+        waited = time.monotonic() - t0
+        # A mark left behind would keep the holder from leasing again: it is gone.
+        fd = os.open(store.path_for(KEY), os.O_RDONLY)
+        try:
+            assert not _lease.somebody_waits(fd)
+        finally:
+            os.close(fd)
+    finally:
+        (tmp_path / "stop").touch()
+        out, _ = busy.communicate(timeout=60)
+    assert busy.returncode == 0
+    assert waited < 5.0, waited  # the holder never ends this lease by itself (600 s)
+    n = int(out.split()[-1])
+    got = contents(FileStore(tmp_path).read_bytes(KEY))
+    assert [c for c in got if c.startswith("busy ")] == [f"busy {i}" for i in range(n)]
+    assert got.count("mine") == 1
+    store.close()
