@@ -87,6 +87,11 @@ def _new_hasher(key: bytes) -> blake2b:
     return base
 
 
+def keyed_hasher(key: bytes) -> blake2b:
+    """The fresh (keyed) hasher of ``key``, shared: copy it, never update it."""
+    return _HASHERS.get(key) or _new_hasher(key)
+
+
 def chain_hash(prev_h: str, body: bytes | memoryview, key: bytes = b"") -> str:
     """Return the chained hash of ``body`` after ``prev_h`` (keyed when ``key`` is non-empty)."""
     hasher = (_HASHERS.get(key) or _new_hasher(key)).copy()

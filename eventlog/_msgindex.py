@@ -24,12 +24,11 @@ from __future__ import annotations
 import bisect
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from hashlib import blake2b
 from typing import Any, Final, Protocol, overload
 
 import msgspec
 
-from ._codec import SUFFIX_LEN
+from ._codec import SUFFIX_LEN, keyed_hasher
 from ._errors import CorruptLogError
 from ._events import MessageAppended
 
@@ -149,7 +148,8 @@ class MessageList(Sequence[MessageAppended]):
         self._starts: list[int] = []
         self._size = 0
         self._tail: list[MessageAppended] = list(events)
-        self._cache: dict[int, list[MessageAppended]] = {}
+        #: Decoded messages by block of records (None: that record is not read yet).
+        self._cache: dict[int, list[MessageAppended | None]] = {}
 
     @classmethod
     def indexed(cls, source: IndexSource, ranges: Iterable[tuple[int, int]]) -> MessageList:
@@ -216,7 +216,9 @@ class MessageList(Sequence[MessageAppended]):
                 ordinal = self._ranges[r][0] + i - starts[r]
                 events = self._cache.get(ordinal // BLOCK)
                 if events is not None:
-                    return events[ordinal % BLOCK]
+                    event = events[ordinal % BLOCK]
+                    if event is not None:
+                        return event
                 return self._load(ordinal)
             raise IndexError("message index out of range")
         if isinstance(index, slice):
@@ -410,11 +412,25 @@ class MessageList(Sequence[MessageAppended]):
             except ValueError:  # SnapshotError: the record file is damaged; use the log
                 self._recover()
                 return self._slice(lo, hi)
-            for i in range(lo, stop):
-                event = self._load(self._ordinal(i))
-                if self._source is None:  # the record file was damaged: all in memory now
-                    return self._slice(lo, hi)
-                out.append(event)
+            cache = self._cache
+            for first, end in self._cut_ranges(lo, stop):
+                # A block's cached run is taken in one slice; a part the cache lost (a window
+                # longer than it keeps) is loaded message by message.
+                while first < end:
+                    block = first // BLOCK
+                    base = block * BLOCK
+                    upto = min(end, base + BLOCK)
+                    events = cache.get(block)
+                    part = events[first - base : upto - base] if events is not None else None
+                    if part is not None and None not in part:
+                        out += part  # type: ignore[arg-type]  # no None in it
+                    else:
+                        for ordinal in range(first, upto):
+                            event = self._load(ordinal)
+                            if self._source is None:  # the record file was damaged: in memory
+                                return self._slice(lo, hi)
+                            out.append(event)
+                    first = upto
         out.extend(self._tail[max(lo - self._size, 0) : max(hi - self._size, 0)])
         return out
 
@@ -435,23 +451,41 @@ class MessageList(Sequence[MessageAppended]):
             self._recover()
 
     def _prefetch(self, lo: int, hi: int) -> None:
-        """Load the missing blocks under positions ``lo`` to ``hi`` (indexed ones)."""
-        blocks: set[int] = set()
-        for (a, b), start in zip(self._ranges, self._starts, strict=True):
-            s, e = max(lo, start), min(hi, start + b - a)
-            if s < e:
-                blocks.update(range((a + s - start) // BLOCK, (a + e - start - 1) // BLOCK + 1))
-        missing = sorted(b for b in blocks if b not in self._cache)
-        if len(missing) > CACHE_BLOCKS:  # more than the cache keeps: load on demand instead
-            missing = missing[-CACHE_BLOCKS:]
-        run: list[int] = []
-        for block in missing:
-            if run and block != run[-1] + 1:
-                self._fill(run[0], run[-1] + 1)
-                run = []
-            run.append(block)
-        if run:
-            self._fill(run[0], run[-1] + 1)
+        """Load the messages at positions ``lo`` to ``hi`` (indexed ones) that are not cached,
+        and at most the newest :data:`CACHE_BLOCKS` blocks' worth (the rest loads on demand).
+        Only their records are read (not whole blocks), with one read of the log per run of
+        them; runs less than a block apart (the holes a ``Cleared`` keep or a redaction leave)
+        are read as one, records in between included."""
+        wanted = self._cut_ranges(lo, hi)
+        if not wanted:
+            return
+        floor = ((wanted[-1][1] - 1) // BLOCK - CACHE_BLOCKS + 1) * BLOCK  # oldest block kept
+        runs: list[list[int]] = []
+        cache = self._cache
+        for first, end in wanted:
+            first = max(first, floor)
+            while first < end:
+                base = first // BLOCK * BLOCK
+                upto = min(end, base + BLOCK)
+                slots = cache.get(base // BLOCK)
+                if slots is None:
+                    missing = [(first, upto)]
+                else:
+                    missing = []
+                    for ordinal in range(first, upto):
+                        if slots[ordinal - base] is None:
+                            if missing and missing[-1][1] == ordinal:
+                                missing[-1] = (missing[-1][0], ordinal + 1)
+                            else:
+                                missing.append((ordinal, ordinal + 1))
+                for a, b in missing:
+                    if runs and a - runs[-1][1] <= BLOCK:
+                        runs[-1][1] = b
+                    else:
+                        runs.append([a, b])
+                first = upto
+        for first, end in runs:
+            self._fill(first, end)
 
     def _record(self, ordinal: int) -> tuple[Any, ...]:
         assert self._source is not None
@@ -464,13 +498,25 @@ class MessageList(Sequence[MessageAppended]):
     def _load(self, ordinal: int) -> MessageAppended:
         block = ordinal // BLOCK
         events = self._cache.get(block)
-        if events is None:
+        event = events[ordinal - block * BLOCK] if events is not None else None
+        if event is None:
+            # The block's records from this one on that are not cached yet, with one read (a
+            # reader that walks the list reads it a block at a time).
+            first = block * BLOCK
+            stop = min(first + BLOCK, max(b for _, b in self._ranges))
+            end = ordinal + 1
+            while end < stop and (events is None or events[end - first] is None):
+                end += 1
+            start = ordinal
+            while start > first and (events is None or events[start - 1 - first] is None):
+                start -= 1
             try:
-                self._fill(block, block + 1)
+                self._fill(start, end)
             except ValueError:  # SnapshotError: the record file is damaged; use the log
                 return self._recover()[ordinal]
-            events = self._cache[block]
-        return events[ordinal - block * BLOCK]
+            event = self._cache[block][ordinal - first]
+            assert event is not None
+        return event
 
     def _recover(self) -> list[MessageAppended]:
         """Hold every message in memory, decoded from the log (the record file is damaged)."""
@@ -482,38 +528,49 @@ class MessageList(Sequence[MessageAppended]):
         self._set_ranges([])
         return events
 
-    def _fill(self, first_block: int, stop_block: int) -> None:
-        """Read, check and cache blocks ``first_block`` to ``stop_block`` (one log read)."""
+    def _fill(self, first: int, stop: int) -> None:
+        """Read, check and cache the messages of records ``first`` to ``stop`` (one log read).
+
+        A block's cache entry is a list of :data:`BLOCK` slots, None where not read yet."""
         source = self._source
         assert source is not None
-        first = first_block * BLOCK
-        last = max(b for _, b in self._ranges) if self._ranges else first
-        count = min((stop_block - first_block) * BLOCK, max(last - first, 1))
-        raw = source.records(first, count)
-        events = _read_lines(source, raw)
+        events = _read_lines(source, source.records(first, stop - first))
         cache = self._cache
-        for i, block in enumerate(range(first_block, stop_block)):
-            if len(cache) >= CACHE_BLOCKS:
-                cache.pop(next(iter(cache)))
-            cache[block] = events[i * BLOCK : (i + 1) * BLOCK]
+        ordinal = first
+        while ordinal < stop:
+            block = ordinal // BLOCK
+            base = block * BLOCK
+            upto = min(stop, base + BLOCK)
+            slots = cache.get(block)
+            if slots is None:
+                if len(cache) >= CACHE_BLOCKS:
+                    cache.pop(next(iter(cache)))
+                slots = cache[block] = [None] * BLOCK
+            if slots.count(None) == BLOCK:
+                slots[ordinal - base : upto - base] = events[ordinal - first : upto - first]
+            else:  # keep the events already cached (and the messages they decoded)
+                for i in range(ordinal, upto):
+                    if slots[i - base] is None:
+                        slots[i - base] = events[i - first]
+            ordinal = upto
 
 
 def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
     """The message events of the records ``raw`` (consecutive), their lines read from the log
     with one read and each checked against its record (see the module docstring)."""
-    size = RECORD.size
     start = int.from_bytes(raw[8:16], "little")
-    tail = len(raw) - size
+    tail = len(raw) - RECORD.size
     end = int.from_bytes(raw[tail + 8 : tail + 16], "little") + int.from_bytes(
         raw[tail + 16 : tail + 20], "little"
     )
     data = source.read(start, end - start)
     view = memoryview(data)
-    key = source.hash_key
+    fresh = keyed_hasher(source.hash_key)
     opener = source.opener
     out: list[MessageAppended] = []
     append = out.append
     open_at = SUFFIX_LEN + 1
+    size = len(data)
     for seq, offset, length, tokens, _role, _flags, h, prev in RECORD.iter_unpack(raw):
         a = offset - start
         b = a + length
@@ -522,13 +579,14 @@ def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
         # checks LineDecoder makes, against what the index recorded.
         if (
             a < 0
-            or b > len(data)
+            or b > size
             or data[b - 1] != 10
             or data[body_end : body_end + 6] != _HASH_OPEN
             or data[body_end + 6 : b - 3] != h.hex().encode()
         ):
             raise _bad(source, seq, offset, "does not have the hash the index recorded")
-        hasher = blake2b(prev.hex().encode(), digest_size=16, key=key)
+        hasher = fresh.copy()
+        hasher.update(prev.hex().encode())
         hasher.update(view[a:body_end])
         if hasher.digest() != h:
             raise _bad(source, seq, offset, "does not chain")

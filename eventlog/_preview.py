@@ -47,14 +47,24 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def sanitize_assistant_text(text: str) -> str:
-    """Strip replay artefacts (time prefix, local image breadcrumbs, call echoes) from text."""
-    text = _TIME_PREFIX.sub("", text, count=1)
-    kept = [
-        line
-        for line in text.splitlines()
-        if not _LOCAL_IMAGE_LINE.fullmatch(line) and not _CALL_ECHO_LINE.fullmatch(line)
-    ]
-    return "\n".join(kept).strip()
+    """Strip replay artefacts (time prefix, local image breadcrumbs, call echoes) from text.
+
+    Each pattern is tried only where its literal start is (a prefix that does not start with
+    ``[Message Time: ``, a line that does not start with ``[image: `` or hold ``age(``, the
+    end of ``message(`` and ``generate_image(``, cannot match): a history sanitises hundreds
+    of messages, and most have no artefact at all.
+    """
+    if text.startswith("[Message Time: "):
+        text = _TIME_PREFIX.sub("", text, count=1)
+    lines = text.splitlines()
+    if "[image: " in text or "age(" in text:
+        lines = [
+            line
+            for line in lines
+            if not (line.startswith("[image: ") and _LOCAL_IMAGE_LINE.fullmatch(line))
+            and not ("age(" in line and _CALL_ECHO_LINE.fullmatch(line))
+        ]
+    return "\n".join(lines).strip()
 
 
 def content_text(content: Any) -> str | None:

@@ -28,6 +28,7 @@ from ._codec import (
     split_hash,
     verify_chain,
 )
+from ._events import decode_messages
 
 __all__ = (
     "SUFFIX_LEN",
@@ -39,6 +40,7 @@ __all__ = (
     "TornTail",
     "chain_hash",
     "decode_log",
+    "decode_messages",
     "encode_line",
     "encode_lines",
     "normalize_key",

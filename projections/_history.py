@@ -43,17 +43,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sessionledger.eventlog import (
+    AGENTS_ITEM_KEY,
     WITHHELD,
     InvalidEventError,
     MessageAppended,
     SessionState,
     estimate_tokens,
 )
+from sessionledger.eventlog.codec import decode_messages
 from sessionledger.eventlog.preview import sanitize_assistant_text
 
 from ._orphans import legal_start
 from ._sanitize import image_breadcrumb
-from ._sdk_items import sdk_item
 from ._usage import context_start
 
 DEFAULT_MAX_MESSAGES: Final = 120
@@ -119,8 +120,8 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
     message = event.message
     if message.get("_command") or message.get(WITHHELD):
         return None  # a command, or the placeholder of erased or redacted content
-    item = sdk_item(message)
-    if item is not None:
+    item = message.get(AGENTS_ITEM_KEY)  # sdk_item, inlined: this runs for every message
+    if item is not None and isinstance(item, dict):
         return dict(item), event.tokens  # an Agents SDK item goes to the model as it is
     role = message.get("role")
     content = message.get("content", "")
@@ -140,9 +141,10 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
             else:
                 added += _utf8_len(crumbs)
                 content = crumbs
-        for hint in attachment_hints(message):
-            added += (1 if content else 0) + _utf8_len(hint)
-            content = f"{content}\n{hint}" if content else hint
+        if "cli_apps" in message or "mcp_presets" in message:
+            for hint in attachment_hints(message):
+                added += (1 if content else 0) + _utf8_len(hint)
+                content = f"{content}\n{hint}" if content else hint
         if include_timestamps:
             timestamp = message.get("timestamp")
             if timestamp:
@@ -157,10 +159,11 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
 
 
 def _window(
-    state: SessionState, max_messages: int, extend_to_user: bool = False
+    state: SessionState, max_messages: int, extend_to_user: bool = False, decode: bool = False
 ) -> list[MessageAppended]:
     """Rules 1-3: the messages of the window, oldest first (read with one slice of
-    ``state.messages``: an indexed list reads them in one go)."""
+    ``state.messages``: an indexed list reads them in one go; with ``decode``, every message
+    of the window is built, so their dicts are decoded in one call too)."""
     messages = state.messages
     n = len(messages)
     limit = max_messages if max_messages > 0 else DEFAULT_MAX_MESSAGES
@@ -175,6 +178,8 @@ def _window(
                 else back
             )
     window = messages[lo:n]
+    if decode:
+        decode_messages(window)
     for i, event in enumerate(window):
         if event.message.get("role") == "user":
             if i and window[i - 1].message.get("_channel_delivery"):
@@ -273,7 +278,7 @@ def history_with_tokens(
     """:func:`history` with the token count each entry was charged, entry by entry."""
     _check_arguments(state, max_messages, max_tokens)
     summary = _summary_entry(state) if include_summary else None
-    window = _window(state, max_messages, extend_to_user)
+    window = _window(state, max_messages, extend_to_user, decode=max_tokens <= 0)
     if max_tokens > 0:
         budget = max(1, max_tokens - summary[1]) if summary else max_tokens
         # Rule 3 after rule 5 (same result; see _front_cut): a window longer than the budget

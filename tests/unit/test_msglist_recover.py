@@ -44,7 +44,7 @@ def _list(events: list[MessageAppended]) -> MessageList:
     """Every event indexed; the first block already read, so the damage is found at the last
     message (the only one in the second block)."""
     out = MessageList.indexed(_Damaged(events), [(0, len(events))])
-    out._cache[0] = events[:BLOCK]
+    out._cache[0] = list[MessageAppended | None](events[:BLOCK])
     return out
 
 
@@ -57,7 +57,7 @@ def test_damage_found_at_the_last_message_gives_each_message_once() -> None:
 def test_damage_found_at_the_last_message_with_messages_in_memory_after_it() -> None:
     events = _events(BLOCK + 3)
     mine = MessageList.indexed(_Damaged(events[: BLOCK + 1]), [(0, BLOCK + 1)])
-    mine._cache[0] = events[:BLOCK]
+    mine._cache[0] = list[MessageAppended | None](events[:BLOCK])
     for event in events[BLOCK + 1 :]:
         mine.append(event)
     assert list(mine) == events
