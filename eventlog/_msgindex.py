@@ -571,22 +571,19 @@ def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
     append = out.append
     open_at = SUFFIX_LEN + 1
     size = len(data)
+    last = b""  # the record before (raw hash) and its hash in hex: a line chains from it
+    last_hex = b""
     for seq, offset, length, tokens, _role, _flags, h, prev in RECORD.iter_unpack(raw):
         a = offset - start
         b = a + length
         body_end = b - open_at
+        hex_h = h.hex().encode()
         # The line's own hash field, then the chain from the record's previous hash: the
         # checks LineDecoder makes, against what the index recorded.
-        if (
-            a < 0
-            or b > size
-            or data[b - 1] != 10
-            or data[body_end : body_end + 6] != _HASH_OPEN
-            or data[body_end + 6 : b - 3] != h.hex().encode()
-        ):
+        if a < 0 or b > size or data[b - 1] != 10 or data[body_end : b - 3] != _HASH_OPEN + hex_h:
             raise _bad(source, seq, offset, "does not have the hash the index recorded")
         hasher = fresh.copy()
-        hasher.update(prev.hex().encode())
+        hasher.update(last_hex if prev == last else prev.hex().encode())
         hasher.update(view[a:body_end])
         if hasher.digest() != h:
             raise _bad(source, seq, offset, "does not chain")
@@ -599,6 +596,7 @@ def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
         if opener is not None:
             event.__dict__["_open"] = opener
         append(event)
+        last, last_hex = h, hex_h
     return out
 
 

@@ -129,7 +129,7 @@ def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int
     if role == "assistant":
         if isinstance(content, str):
             content = sanitize_assistant_text(content)
-            if not content.strip() and not any(k in message for k in _KEEPS_EMPTY_ASSISTANT):
+            if not content and not any(k in message for k in _KEEPS_EMPTY_ASSISTANT):
                 return None
     elif role == "user" and isinstance(content, str):
         media = message.get("media")
@@ -287,10 +287,15 @@ def history_with_tokens(
         cut = _front_cut(window, lowest)
         if cut > lowest:
             out = _slice_tokens(window[cut:], budget, include_timestamps)[0]
+        start = legal_start(e for e, _ in out)
     else:
         window = window[legal_start(event.message for event in window) :]
         out = [b for event in window if (b := _build(event, include_timestamps))]
-    start = legal_start(e for e, _ in out)
+        # Rule 6 again only when an entry differs from its message where orphans are decided:
+        # a message skipped, or an Agents SDK item (its entry is the item). Otherwise the
+        # entries pair exactly as the messages do, which start at their legal start.
+        again = len(out) != len(window) or any(AGENTS_ITEM_KEY in e.message for e in window)
+        start = legal_start(e for e, _ in out) if again else 0
     if start:
         out = out[start:]
     if summary is not None:

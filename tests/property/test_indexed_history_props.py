@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_history_props import messages
+from test_history_props import eager, messages
 
 from sessionledger import projections
 from sessionledger.eventlog import AGENTS_ITEM_KEY, FileStore, MessageAppended
@@ -121,6 +122,12 @@ def test_history_from_the_index_equals_the_history_folded_in_memory(
         got = projections.history_with_tokens(indexed, **kw)
         want = projections.history_with_tokens(memory, **kw)
         assert got == want
+        if kw["max_tokens"] == 0 and not kw["include_summary"] and not kw["extend_to_user"]:
+            # The rules in their plain order (rule 6 always applied again), SDK items included
+            # (the reference's token slicing reads a role, which an SDK item's entry lacks).
+            assert got == eager(
+                memory, kw["max_messages"], kw["max_tokens"], kw["include_timestamps"]
+            )
         # Every message the history read is the same event, with the same message dict.
         assert list(indexed.messages) == list(memory.messages)
         store.close()
@@ -175,3 +182,41 @@ def test_the_batch_decode_gives_each_message_its_own_decode(tmp_path: Path) -> N
         assert event.message == msgspec.json.decode(bytes(event.body))
         assert event.message == memory[event.seq - 1].message
     store.close()
+
+
+def _folded(messages: list[dict[str, Any]]) -> Any:
+    from datetime import UTC, datetime
+
+    from sessionledger.eventlog import Header, fold
+
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    events = [
+        MessageAppended.of(seq=i + 1, ts=ts, id=f"m{i}", message=m, tokens=5)
+        for i, m in enumerate(messages)
+    ]
+    return fold(Header(seq=0, ts=ts, id="s", key="p:1", created_at=ts), events)
+
+
+@pytest.mark.parametrize(
+    "declaring",
+    [
+        # A command declared the call: its entry is skipped, so its result is an orphan.
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}], "_command": True},
+        # An Agents SDK call item declared it: its entry (the item) declares nothing.
+        {"role": "function_call", AGENTS_ITEM_KEY: {"type": "function_call", "call_id": "c1"}},
+    ],
+)
+def test_rule_6_applies_again_when_an_entry_differs_from_its_message(
+    declaring: dict[str, Any],
+) -> None:
+    """Without a budget the second legal start is skipped only when every message became an
+    entry that pairs as it does; these two cases must still drop the orphaned result."""
+    state = _folded(
+        [
+            {"role": "user", "content": "u"},
+            declaring,
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+            {"role": "user", "content": "next"},
+        ]
+    )
+    assert projections.history(state) == [{"role": "user", "content": "next"}]
