@@ -414,7 +414,12 @@ class SessionSeal:
 
     def _open_message(self, event: MessageAppended, body: bytes) -> dict[str, Any]:
         """``open_message`` for a body of any form (not destroyed)."""
-        envelope = _decode_envelope(body)
+        try:
+            envelope = _decode_envelope(body)
+        except msgspec.ValidationError as exc:  # e.g. a "$sealed" that is not a string
+            raise KeyUnavailableError(
+                f"session {self.key!r} seq {event.seq}", "its body is not a sealed message"
+            ) from exc
         if not envelope.sealed:
             message: dict[str, Any] = _decode_json(body)
             return message

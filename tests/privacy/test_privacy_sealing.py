@@ -331,3 +331,37 @@ def test_a_load_reads_the_key_record_once(tmp_path: Path) -> None:
         reads.clear()
         fresh.load(key, snapshot=False)
         assert len(reads) == 1, key
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"role":"user","$sealed":5}',
+        b'{"role":"user","$sealed":null}',
+        b'{"role":"user","$sealed":["AAAA"]}',
+        b"[1,2]",
+        b'"x"',
+    ],
+)
+def test_a_chained_message_body_that_is_no_envelope_is_a_library_error(
+    tmp_path: Path, body: bytes
+) -> None:
+    # A line whose chain checks but whose sealed body is not an object with a string
+    # "$sealed" (another writer's, or a crafted one) must not open to msgspec's ValidationError
+    # (a ValueError): only the library's errors leave it.
+    from sessionledger.eventlog.codec import encode_line
+
+    store = encrypted_store(tmp_path)
+    s = store.session("k")
+    s.append_message("user", SECRETS["message"])
+    s.close()
+    event = store.load("k").state.messages[0]
+    path = tmp_path / "s" / "k.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    forged = msgspec.structs.replace(event, body=msgspec.Raw(body))
+    line, _ = encode_line(forged, json.loads(lines[0])["h"], store._hash_key)
+    path.write_bytes(lines[0] + line)
+    fresh = encrypted_store(tmp_path)
+    with pytest.raises(KeyUnavailableError, match="not a sealed message"):
+        _ = fresh.load("k").state.messages[0].message
+    fresh.close()
