@@ -227,6 +227,14 @@ class Backend(abc.ABC):
         """The backend's trash (None: it has none, and cleanup cannot run)."""
         return None
 
+    def discard_import(self, key: str, raw: RawSession) -> None:
+        """An import into the log :meth:`open_raw` created as ``raw`` failed: remove the log
+        and what was written beside it. A backend that can should do it with the lock still
+        held (a writer that gets the lock next then creates the session anew, and nothing
+        removes it). Default: let go of the lock, then :meth:`remove`."""
+        raw.io.close()
+        self.remove(key)
+
     def write_import(self, key: str, raw: RawSession, data: bytes, *, sync: bool) -> None:
         """Write what ``data`` adds to the log opened as ``raw`` (``data`` starts with
         ``raw.data``, which is empty or ends a line), synced when ``sync``: the last step of

@@ -374,6 +374,14 @@ class FileBackend(Backend):
         if raw is None:
             return False
         try:
+            self._remove_locked(key)
+        finally:
+            raw.io.close()
+        return True
+
+    def _remove_locked(self, key: str) -> None:
+        """:meth:`remove` with ``key``'s lock held (the log is the one at its path)."""
+        try:
             self.index_paths(key).remove()
             closed = self.segment_paths(key)
             for path in (self.snapshot_path(key), self.quarantine_path(key), self.path_for(key)):
@@ -384,8 +392,19 @@ class FileBackend(Backend):
                 fsync_dir(str(self.root))
         finally:
             self.bump(key, membership=True)
-            raw.io.close()
-        return True
+
+    def discard_import(self, key: str, raw: RawSession) -> None:
+        """Remove the log a failed import created, and what is beside it, lock held, while
+        it is still the file at its path (a writer waiting for the lock then finds it gone)."""
+        io = raw.io
+        assert isinstance(io, FileIO)
+        try:
+            st = os.fstat(io.fd)
+            now = os.stat(self.path_for(key), follow_symlinks=False)
+        except OSError:
+            return
+        if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+            self._remove_locked(key)
 
     def trash(self) -> FileTrash:
         """The ``.trash`` folder in the store root."""

@@ -22,6 +22,7 @@ from ._indexsnap import IndexMeta
 from ._keystore import KeyProvider, KeyStore, MemoryKeyStore
 from ._snapshot import Snapshot
 from ._store import BaseStore
+from ._store_types import RawSession
 from ._tokens import TokenCounter
 from ._writer import Durability, SessionIO
 
@@ -193,6 +194,10 @@ class MemoryBackend(Backend):
         log = self.shared.logs.get(key)
         if log is not None and not log:
             del self.shared.logs[key]
+
+    def discard_import(self, key: str, raw: RawSession) -> None:
+        """Forget a log a failed import created (the peers' lock is still held)."""
+        self.remove(key)
 
     def read(self, key: str) -> bytes | None:
         """A copy of the log."""

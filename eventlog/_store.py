@@ -475,9 +475,8 @@ class BaseStore:
                         self._backend.quarantine(key, text, reason=reason, line=line, offset=offset)
                 return "extended" if existing else "created"
             except BaseException:
-                if created:
-                    raw.io.close()
-                    self._backend.remove(key)
+                if created:  # before the lock is let go: a writer that gets it next keeps its log
+                    self._backend.discard_import(key, raw)
                 raise
             finally:
                 raw.io.close()

@@ -159,3 +159,37 @@ def test_a_memory_session_that_cannot_start_is_not_kept(monkeypatch: pytest.Monk
     assert sorted(store.keys()) == ["k"] and not store.exists("new")
     store.session("new").append_message("user", "now")
     assert sorted(store.keys()) == ["k", "new"]
+
+
+def test_a_failed_memory_import_never_removes_a_session_created_once_it_let_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An import into a new key fails (its quarantine write here). The log it created is
+    forgotten before the lock is let go: a peer that creates the key right after keeps it."""
+    from sessionledger.eventlog import _memstore
+
+    source = MemoryStore()
+    source.session("k").append_message("user", "imported")
+    data = source.read_bytes("k")
+    store = MemoryStore()
+    backend = store._backend
+
+    def refuse(*args: object, **kw: object) -> str:
+        raise StorageError("memory:k", "quarantine", "No space left on device")
+
+    monkeypatch.setattr(backend, "quarantine", refuse)
+    real_close = _memstore._MemoryIO.close
+    done: list[bool] = []
+
+    def close_then_a_peer(io: _memstore._MemoryIO) -> None:
+        real_close(io)
+        if not done:
+            done.append(True)
+            store.session("k").append_message("user", "mine")  # another thread, say
+
+    monkeypatch.setattr(_memstore._MemoryIO, "close", close_then_a_peer)
+    with pytest.raises(StorageError, match="quarantine"):
+        store.import_bytes("k", data, rejected=[("bad", 2, 0, b"x\n")])
+    monkeypatch.undo()
+    assert done
+    assert [m.message["content"] for m in store.load("k").state.messages] == ["mine"]

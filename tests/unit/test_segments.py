@@ -527,6 +527,39 @@ def test_a_log_in_segments_cannot_be_extended_across_a_boundary(
     assert other.read_bytes(KEY) == first
 
 
+def test_a_failed_import_never_removes_a_session_created_once_it_let_go(
+    rolled: tuple[FileStore, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An import into a new key fails (a file planted in the way of its segment 2). The log it
+    # created must be gone before it lets go of the lock: another store that gets the lock
+    # then creates the session anew, and nothing the failed import does after removes it.
+    # Before, the import let go first and then removed the key, whatever held it by then.
+    from sessionledger.eventlog._fileio import FileIO
+
+    store, _ = rolled
+    exported = store.read_bytes(KEY)
+    root = tmp_path / "other"
+    importer, writer = _store(root), _store(root)
+    (root / segment_name(STEM, 2)).write_bytes(b"planted")
+    real_close = FileIO.close
+    done: list[bool] = []
+
+    def close_then_another_writer(io: FileIO) -> None:
+        real_close(io)
+        if io.name.endswith(f"{STEM}.jsonl") and not done:
+            done.append(True)
+            with writer.session(KEY) as w:  # the lock is free: another writer creates KEY
+                w.append_message("user", "mine")
+
+    monkeypatch.setattr(FileIO, "close", close_then_another_writer)
+    with pytest.raises(UnsafePathError, match="in the way of segment 2"):
+        importer.import_bytes(KEY, exported)
+    monkeypatch.undo()
+    assert done
+    assert [m.message["content"] for m in _store(root).load(KEY).state.messages] == ["mine"]
+    assert not (root / segment_name(STEM, 1)).exists()  # the segment the import wrote
+
+
 def test_postgres_keeps_one_table_and_refuses_a_log_in_segments(
     rolled: tuple[FileStore, Path], make_pg: StoreFactory
 ) -> None:
