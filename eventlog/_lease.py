@@ -43,10 +43,16 @@ Invariants (this module owns them; :class:`~eventlog._fileio.FileIO` and
   it first (the next lease after starts another): no process forks with a thread of ours.
 - kill -9 drops the lock with the process. A forked child forgets every lease and the reaper
   (the parent keeps its own); its descriptors are dropped anyway (see ``FdPool.after_fork``).
+- Forgetting a log never waits for the registry's lock: a store dropped without ``close()``
+  is closed by its finalizer, which a garbage collection may run inside any allocation, this
+  registry's own critical sections included, in the thread holding the lock. A log that
+  cannot be forgotten at once is queued, and forgotten by the next holder of the lock before
+  it looks at the logs.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -136,10 +142,19 @@ class _Leases:
         self.napping = False
         #: A ``fork`` is under way: the reaper ends, and none starts until it is done.
         self.stop = False
+        #: Logs closed while the lock was taken (see :meth:`drop`), forgotten by its next holder.
+        self.dropped: collections.deque[FileIO] = collections.deque()
+
+    def _forget_dropped(self) -> None:
+        """Under ``cond``: forget the logs :meth:`drop` queued."""
+        dropped, held = self.dropped, self.held
+        while dropped:
+            held.pop(dropped.popleft(), None)
 
     def hold(self, io: FileIO) -> None:
         """``io`` now holds a lease: make sure the reaper looks at it."""
         with self.cond:
+            self._forget_dropped()
             self.held[io] = None
             if self.thread is None:
                 if not self.stop:  # else: forking; the parent starts one after
@@ -155,14 +170,22 @@ class _Leases:
         self.thread.start()
 
     def drop(self, io: FileIO) -> None:
-        """``io`` closed or was evicted (its lease, if any, ended with it)."""
-        with self.cond:
-            self.held.pop(io, None)
+        """``io`` closed or was evicted (its lease, if any, ended with it). Never waits: with
+        the lock taken (by another thread, or by this one when a garbage collection inside a
+        critical section runs a dropped store's finalizer), ``io`` is queued for the lock's
+        next holder to forget."""
+        self.dropped.append(io)  # atomic: safe without the lock
+        if self.cond.acquire(blocking=False):
+            try:
+                self._forget_dropped()
+            finally:
+                self.cond.release()
 
     def end_all(self) -> None:
         """End every lease of this process now (a writer of ours is about to wait for a lock);
         one in use ends when its transaction does."""
         with self.cond:
+            self._forget_dropped()
             ios = [io for io in self.held if io.leased]
         for io in ios:
             _end(io, used=None)
@@ -175,6 +198,7 @@ class _Leases:
                 if self.stop:  # a fork is under way (see ``before_fork``)
                     self.thread = None
                     return
+                self._forget_dropped()
                 live = [io for io in self.held if io.leased]
                 if not live:
                     # No lease: stop after a while (a process that forks later then has no
@@ -209,6 +233,7 @@ class _Leases:
         if not self.cond.acquire(timeout=_STOP_PATIENCE):
             return
         try:
+            self._forget_dropped()
             ios = [io for io in self.held if io.leased]
             thread = self.thread
             if thread is not None:
@@ -240,6 +265,7 @@ class _Leases:
         """In a forked child: no leases, no reaper (threads do not survive ``fork``)."""
         self.cond = threading.Condition(threading.Lock())
         self.held = {}
+        self.dropped = collections.deque()
         self.thread = None
         self.napping = False
         self.stop = False

@@ -264,6 +264,7 @@ HOLDER = """
 import sys
 import sessionledger.eventlog._fileio as f, sessionledger.eventlog._lease as l
 l.LEASE_MAX = l.LEASE_CHECK = l.LEASE_IDLE = f.LEASE_IDLE = 600.0  # a lease that never lapses by itself
+l.somebody_waits = lambda fd: False  # nor for a waiter (the reaper's first look may see one)
 from sessionledger.eventlog import FileStore
 store = FileStore(sys.argv[1], durability="none")
 w = store.session("web:alice")
@@ -491,19 +492,61 @@ def test_another_process_waiting_ends_a_busy_lease_that_would_not_end_by_age(
         t0 = time.monotonic()
         store.session(KEY).append_message("user", "mine")
         waited = time.monotonic() - t0
-        # A mark left behind would keep the holder from leasing again: it is gone.
-        fd = os.open(store.path_for(KEY), os.O_RDONLY)
-        try:
-            assert not _lease.somebody_waits(fd)
-        finally:
-            os.close(fd)
     finally:
         (tmp_path / "stop").touch()
         out, _ = busy.communicate(timeout=60)
     assert busy.returncode == 0
+    # A mark left behind would keep the holder from leasing again: it is gone (looked at once
+    # the holder has exited: until then the holder itself may be marked, waiting for a turn).
+    fd = os.open(store.path_for(KEY), os.O_RDONLY)
+    try:
+        assert not _lease.somebody_waits(fd)
+    finally:
+        os.close(fd)
     assert waited < 5.0, waited  # the holder never ends this lease by itself (600 s)
     n = int(out.split()[-1])
     got = contents(FileStore(tmp_path).read_bytes(KEY))
     assert [c for c in got if c.startswith("busy ")] == [f"busy {i}" for i in range(n)]
     assert got.count("mine") == 1
     store.close()
+
+
+_DROPPED_STORE = """
+import gc, sys
+from sessionledger.eventlog import FileStore
+from sessionledger.eventlog._lease import LEASES
+
+class Cycle:
+    pass
+
+def leave_a_dropped_store():
+    store = FileStore(sys.argv[1], durability="none")
+    writer = store.session("k")
+    for i in range(50):  # a burst: the writer takes a lease
+        writer.append_message("user", str(i))
+    cycle = Cycle()
+    cycle.store, cycle.me = store, cycle  # only a garbage collection frees the store
+
+gc.disable()
+leave_a_dropped_store()
+assert LEASES.held, "the writer took no lease"
+with LEASES.cond:  # a collection inside the registry's critical section, as any allocation
+    gc.collect()  # there may start one: the dropped store's finalizer forgets its log
+LEASES.end_all()
+assert not LEASES.held, "the dropped store's log is still held"
+print("done")
+"""
+
+
+def test_a_store_collected_inside_the_lease_registry_does_not_hang(tmp_path: Path) -> None:
+    """A store dropped without close() is closed by its finalizer, which a garbage collection
+    can run inside the lease registry's own lock, in the thread holding it: forgetting its logs
+    must not wait for that lock (it hung the process for good), and they are forgotten after."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _DROPPED_STORE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
