@@ -72,6 +72,10 @@ class PgBackend:
     """A search index in PostgreSQL full text search (see the module rules)."""
 
     def __init__(self, store: PostgresStore) -> None:
+        # The store's schema first (created, migrated, or a newer one refused): a new store
+        # object sends nothing but its connect, and this index keeps its tables in that
+        # schema, on a connection of its own.
+        store.ensure_schema()
         self._target = store.target
         self._schema = self._target.schema
         self._lock = threading.RLock()

@@ -1,0 +1,190 @@
+"""The schema check at a PostgreSQL store's first use: every kind of first use, two stores
+at once, and the connection left clean (adversarial review of the first-use check)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from pg_support import StoreFactory
+
+from sessionledger.eventlog import MemoryStore, SchemaVersionError
+from sessionledger.eventlog._pg_schema import SCHEMA_VERSION
+from sessionledger.projections import search
+
+pytestmark = pytest.mark.postgres
+
+
+def _tables(dsn: str, schema: str) -> set[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (schema,),
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_search_as_a_new_stores_first_use_creates_the_schema(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    pg = make_pg()  # nothing sent: no schema yet
+    assert search(pg, "hello") == []
+    assert {"sessions", "schema_version", "search_docs"} <= _tables(dsn, pg.schema)
+
+
+def test_search_as_first_use_refuses_a_newer_schema_and_writes_nothing(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    pg = make_pg()
+    pg.ensure_schema()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{pg.schema}".schema_version (version, description) VALUES (999, %s)',
+            ("from the future",),
+        )
+    before = _tables(dsn, pg.schema)
+    newer = make_pg()
+    with pytest.raises(SchemaVersionError):
+        search(newer, "hello")
+    assert _tables(dsn, pg.schema) == before  # no search tables made in a newer schema
+
+
+def test_more_first_uses_refuse_a_newer_schema_and_write_nothing(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    pg = make_pg()
+    pg.ensure_schema()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{pg.schema}".schema_version (version, description) VALUES (999, %s)',
+            ("from the future",),
+        )
+    mem = MemoryStore()
+    mw = mem.session("telegram:1")
+    mw.append_message("user", "hello")
+    data = mem.read_bytes("telegram:1")
+    uses: dict[str, Callable[[Any], object]] = {
+        "batch": lambda s: s.batch("telegram:1").__enter__(),
+        "trash": lambda s: s.trash(),
+        "purge": lambda s: s.purge_trash(),
+        "cleanup": lambda s: s.cleanup(older_than=timedelta(days=1)),
+        "delete": lambda s: s.delete("telegram:1"),
+        "read_bytes": lambda s: s.read_bytes("telegram:1"),
+        "committed": lambda s: s.committed("telegram:1", "x"),
+        "archive": lambda s: s.archive("telegram:1"),
+        "restore": lambda s: s.restore("nothing"),
+        "import_bytes": lambda s: s.import_bytes("telegram:1", data),
+        "open": lambda s: s.open("telegram:1"),
+        "load": lambda s: s.load("telegram:1"),
+    }
+    for what, use in uses.items():
+        newer = make_pg()
+        with pytest.raises(SchemaVersionError):
+            use(newer)
+        newer.close()
+        assert what
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{pg.schema}".sessions').fetchone() == (0,)
+
+
+def test_two_stores_first_use_on_an_older_schema_at_once(
+    make_pg: StoreFactory, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    pg = make_pg()
+    w = pg.session("telegram:42")
+    w.append_message("user", "hello")
+    w.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 3')
+    stores = [make_pg() for _ in range(6)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(stores))
+
+    def first(store: object, n: int) -> None:
+        barrier.wait()
+        try:
+            if n % 2:
+                assert store.exists("telegram:42")  # type: ignore[attr-defined]
+            else:
+                assert store.keys() == ["telegram:42"]  # type: ignore[attr-defined]
+        except BaseException as exc:
+            errors.append(exc)
+
+    caplog.set_level(logging.DEBUG, logger="psycopg")
+    threads = [threading.Thread(target=first, args=(s, n)) for n, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            f'SELECT version FROM "{pg.schema}".schema_version ORDER BY version'
+        ).fetchall()
+    assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_first_use_on_older_and_newer_schema_logs_nothing(
+    make_pg: StoreFactory, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="psycopg")
+    pg = make_pg()
+    assert pg.keys() == []  # creates
+    fresh = make_pg()
+    assert not fresh.exists("telegram:1")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DELETE FROM "{pg.schema}".schema_version WHERE version > 5')
+    older = make_pg()
+    assert not older.exists("telegram:1")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{pg.schema}".schema_version (version, description) VALUES (999, %s)',
+            ("from the future",),
+        )
+    newer = make_pg()
+    with pytest.raises(SchemaVersionError):
+        newer.exists("telegram:1")
+    with pytest.raises(SchemaVersionError):
+        newer.exists("telegram:1")
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_first_statement_failing_by_itself_leaves_the_connection_clean(
+    make_pg: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sessionledger.eventlog import EventLogError
+    from sessionledger.eventlog._pg_common import run
+
+    caplog.set_level(logging.DEBUG, logger="psycopg")
+    make_pg().ensure_schema()
+    pg = make_pg(pool_size=1)
+    db = pg._db
+    with pytest.raises(EventLogError), db.reading("probe", via_run=True) as conn:
+        run(conn, b"SELECT 1 / 0", ())
+    assert db.checked  # the schema was current: the statement's own error
+    assert conn.pgconn.transaction_status == 0 and not conn.closed
+    assert not pg.exists("telegram:1")
+    w = pg.session("telegram:1")
+    assert w.append_message("user", "hi") == 1
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_idle_status_of_a_closed_or_broken_connection(dsn: str) -> None:
+    from sessionledger.eventlog._pg_conn import _idle_status
+    from sessionledger.eventlog._pg_io import idle_ok
+
+    conn = psycopg.connect(dsn, autocommit=True)
+    assert _idle_status(conn) and idle_ok(conn) and idle_ok(conn)
+    with psycopg.connect(dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT 1")
+    assert conn.broken and not _idle_status(conn) and not idle_ok(conn)
+    conn.close()
+    assert not _idle_status(conn) and not idle_ok(conn)
