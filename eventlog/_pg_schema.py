@@ -282,8 +282,9 @@ def schema_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> in
     """The schema version the database is at (0: no schema yet)."""
     from psycopg import sql
 
+    quoted = '"' + schema.replace('"', '""') + '"'  # a name with a double quote in it too
     row = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}".schema_version',)
+        "SELECT to_regclass(%s) IS NOT NULL", (f"{quoted}.schema_version",)
     ).fetchone()
     if row is None or not row[0]:
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -188,3 +189,77 @@ def test_idle_status_of_a_closed_or_broken_connection(dsn: str) -> None:
     assert conn.broken and not _idle_status(conn) and not idle_ok(conn)
     conn.close()
     assert not _idle_status(conn) and not idle_ok(conn)
+
+
+def test_a_connection_dropped_in_the_first_pipeline_is_not_lent_again(
+    make_pg: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sessionledger.eventlog import EventLogError
+    from sessionledger.eventlog._pg_common import run
+
+    caplog.set_level(logging.DEBUG, logger="psycopg")
+    make_pg().ensure_schema()
+    pg = make_pg(pool_size=2)
+    db = pg._db
+    with pytest.raises(EventLogError), db.reading("probe", via_run=True) as conn:
+        run(conn, b"SELECT pg_terminate_backend(pg_backend_pid())", ())
+    assert not db.checked  # nothing known of the schema: checked at the next use
+    assert conn.closed
+    assert not pg.exists("telegram:1")
+    assert db.checked
+    w = pg.session("telegram:1")
+    assert w.append_message("user", "hi") == 1
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.anyio
+async def test_an_async_stores_first_uses_refuse_a_newer_schema(dsn: str, schema: str) -> None:
+    from sessionledger.eventlog import AsyncPostgresStore
+
+    setup = await AsyncPostgresStore.connect(dsn, schema=schema, pool_size=2)
+    await setup.ensure_schema()
+    await setup.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{schema}".schema_version (version, description) VALUES (999, %s)',
+            ("from the future",),
+        )
+    for use in ("session", "state", "keys", "ensure_schema"):
+        store = await AsyncPostgresStore.connect(dsn, schema=schema, pool_size=2)
+        try:
+            with pytest.raises(SchemaVersionError):
+                if use == "session":
+                    await store.session("k:1")
+                elif use == "state":
+                    await store.state("k:1")
+                elif use == "keys":
+                    await store.keys()
+                else:
+                    await store.ensure_schema()
+        finally:
+            await store.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".sessions').fetchone() == (0,)
+
+
+@pytest.mark.parametrize("name", ['r18 "quoted"', "R18 Mixed 'case'"])
+def test_a_schema_name_with_quotes_is_created_and_used(dsn: str, name: str) -> None:
+    from psycopg import sql
+
+    from sessionledger.eventlog import PostgresStore
+
+    name = f"{name} {uuid.uuid4().hex[:8]}"
+    store = PostgresStore(dsn, schema=name, pool_size=2)
+    try:
+        assert store.keys() == []  # the first use creates it
+        w = store.session("telegram:1")
+        assert w.append_message("user", "hello quoted world") == 1
+        assert store.keys() == ["telegram:1"]
+        assert [h.key for h in search(store, "quoted")] == ["telegram:1"]
+        again = PostgresStore(dsn, schema=name, pool_size=2)
+        assert again.exists("telegram:1")
+        again.close()
+    finally:
+        store.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
