@@ -57,6 +57,10 @@ def _idle_status(conn: Conn) -> bool:
 
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (an IntEnum; psycopg is imported lazily)
 
+#: How the schema check fails (no schema: undefined_table; another version: division_by_zero),
+#: and no SQLSTATE at all (the pipeline aborted): the statement may not have run.
+_CHECK_FAILED = frozenset({"42P01", "22012", None})
+
 
 class PgConnections:
     """The connections of one store to its database (see the module's rules)."""
@@ -141,8 +145,9 @@ class PgConnections:
 
         The check fails on any schema but this code's, and the pipeline then skips the
         statement; the schema is then looked at on its own: migrated (and the statement run)
-        when older, :class:`SchemaVersionError` when newer. A statement that failed by itself
-        (the schema current) raises its own error.
+        when older, :class:`SchemaVersionError` when newer, run when another process made it
+        current in between. A statement that failed by itself (the schema current) raises its
+        own error.
         """
         import psycopg
 
@@ -163,9 +168,13 @@ class PgConnections:
             raise error  # the connection, a timeout: nothing known of the schema, check later
         if is_current(conn, self.target.schema):
             self.checked = True
-            raise error  # the statement's own error
-        migrate(conn, self.target.schema, self.where)
-        self.checked = True
+            if error.sqlstate not in _CHECK_FAILED:
+                raise error  # the statement's own error
+            # The check's own failure, and the schema current now: another process created
+            # or migrated it in between (two first uses at once). Run the statement.
+        else:
+            migrate(conn, self.target.schema, self.where)
+            self.checked = True
         cur.execute(query, args, prepare=False, binary=binary)
 
     def forked(self) -> None:

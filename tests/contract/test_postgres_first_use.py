@@ -263,3 +263,35 @@ def test_a_schema_name_with_quotes_is_created_and_used(dsn: str, name: str) -> N
         store.close()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.mark.parametrize("start", ["none", "older"])
+def test_a_schema_made_current_by_another_process_between_check_and_look(
+    make_pg: StoreFactory, dsn: str, start: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two first uses at once: this store's check fails (no schema yet, or an older one), the
+    other process creates or migrates it and commits, then this store looks: current. Its
+    statement must run, not raise the check's error."""
+    from sessionledger.eventlog import _pg_conn
+    from sessionledger.eventlog._pg_schema import is_current, migrate
+
+    other = make_pg()
+    if start == "older":
+        other.ensure_schema()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DELETE FROM "{other.schema}".schema_version WHERE version > 3')
+    real = is_current
+
+    done: list[bool] = []
+
+    def after_the_other(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> bool:
+        if not done:  # the other process, committed before this one looks
+            done.append(True)
+            with psycopg.connect(dsn, autocommit=True) as theirs:
+                migrate(theirs, schema, "the other process")
+        return real(conn, schema)
+
+    monkeypatch.setattr(_pg_conn, "is_current", after_the_other)
+    pg = make_pg()
+    assert not pg.exists("telegram:1")
+    assert done and pg._db.checked
