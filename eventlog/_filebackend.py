@@ -51,11 +51,12 @@ from ._fileio import (
     lock_fd,
     open_nofollow,
     read_log_file,
+    unlock_fd,
 )
 from ._filetrash import TrashLock, list_entries, move_to_trash, purge_entry, restore_entry
 from ._fileviews import list_log_names, read_from, read_view, remove_file, scan_logs, stat_log
 from ._indexsnap import IndexMeta
-from ._lease import LEASES, PROBE_PATIENCE, mark_waiting
+from ._lease import LEASES, PROBE_PATIENCE, mark_waiting, unmark_waiting
 from ._names import key_to_stem, stem_to_key
 from ._safeio import (
     append_private,
@@ -284,9 +285,20 @@ class FileBackend(Backend):
             # A lease (see ``_lease``) keeps a lock across a burst of appends: end ours, and
             # give another process's the time it takes to lapse before calling the lock held.
             # (Marked as a waiter, so that the lease ends at its reaper's next look.)
+            # Mark and lock are undone before the close: a child forked meanwhile by another
+            # thread shares this open file description, and would keep both while it lives.
             LEASES.end_all()
-            mark_waiting(fd)  # (closing ``fd`` drops the mark)
-            return not flock_within(fd, PROBE_PATIENCE, pause=0.0002, max_pause=0.0002)
+            marked = mark_waiting(fd)
+            got = False
+            try:
+                got = flock_within(fd, PROBE_PATIENCE, pause=0.0002, max_pause=0.0002)
+            finally:
+                if got:
+                    with contextlib.suppress(OSError):  # (then the close drops it)
+                        unlock_fd(fd)
+                if marked:
+                    unmark_waiting(fd)
+            return not got
         finally:
             os.close(fd)
 

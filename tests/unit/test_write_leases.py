@@ -550,3 +550,51 @@ def test_a_store_collected_inside_the_lease_registry_does_not_hang(tmp_path: Pat
         check=False,
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+
+
+@pytest.mark.skipif(not _lease.WAITERS_MARK, reason="needs OFD locks (Linux)")
+def test_a_fork_during_a_probe_leaves_no_mark_and_no_lock_in_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``writer_lock_held`` marks its own descriptor as a waiter for as long as it polls, and
+    holds the lock a moment when it gets it. A child forked by another thread meanwhile (say
+    ``multiprocessing``) shares that open file description, which no pool of the child's
+    knows about: closing the parent's copy drops neither the mark nor the lock while the child
+    lives. The probe undoes both before it closes."""
+    store = FileStore(tmp_path, durability="none")
+    store.session(KEY).append_message("user", "hello")
+    store.close()
+    real = _fileio.flock_within
+    r, w = os.pipe()
+    children: list[int] = []
+
+    def flock_then_fork(fd: int, seconds: float, *, pause: float, max_pause: float) -> bool:
+        got = real(fd, seconds, pause=pause, max_pause=max_pause)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child: lives until the parent says so
+            os.read(r, 1)
+            os._exit(0)
+        children.append(pid)
+        return got
+
+    monkeypatch.setattr("sessionledger.eventlog._filebackend.flock_within", flock_then_fork)
+    probe = FileStore(tmp_path, durability="none")
+    try:
+        assert probe.writer_lock_held(KEY) is False
+        assert children
+        (log,) = [p for p in tmp_path.rglob("*.jsonl") if p.is_file()]
+        fd = os.open(log, os.O_RDWR)
+        try:
+            assert not _lease.somebody_waits(fd)  # no waiter's mark left behind
+        finally:
+            os.close(fd)
+        other = FileStore(tmp_path, durability="none", lock_timeout=0.2)
+        other.session(KEY).append_message("user", "other")  # the lock is free
+        other.close()
+    finally:
+        os.write(w, b"x" * len(children))
+        for pid in children:
+            os.waitpid(pid, 0)
+        os.close(r)
+        os.close(w)
+        probe.close()
