@@ -38,6 +38,7 @@ from ._errors import (
     InvalidEventError,
     NotALogError,
     SessionNotFoundError,
+    StorageError,
     UnsafePathError,
 )
 from ._fileindex import FileIndexFiles
@@ -237,12 +238,14 @@ class FileBackend(Backend):
         file at its path (a writer waiting for the lock then finds it gone and creates it)."""
         assert isinstance(io, FileIO)
         path = str(self.path_for(key))
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, StorageError):
             st = os.fstat(io.fd)
             now = os.stat(path, follow_symlinks=False)
             if st.st_size == 0 and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
                 os.unlink(path)
                 self.changes.bump(slot_of(os.path.basename(path)), membership=True)
+                if self.durable:  # its creation was synced into the directory: so is this
+                    fsync_dir(str(self.root))
 
     def read(self, key: str) -> bytes | None:
         """The whole log, never through a symlink (None: absent); closed segments (immutable

@@ -18,6 +18,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from ._errors import (
     NewerFormatError,
     NotALogError,
     SessionNotFoundError,
+    StorageError,
 )
 from ._events import FORMAT_VERSION, Header
 from ._fold import SessionState, fold, fold_decoded
@@ -137,7 +139,14 @@ def _create(
     line, h = encode_line(sealed, ZERO_HASH, store.hash_key)
     io.append(line)
     if store.durability != "none":
-        io.sync()
+        try:
+            io.sync()
+        except BaseException:
+            # The caller is told the session was not created: leave no header that could list
+            # it (the open's clean-up then removes the empty file, lock still held).
+            with contextlib.suppress(StorageError):
+                io.truncate(0)
+            raise
     return fold(msgspec.structs.replace(header, h=h, sealing=sealed.sealing), ())
 
 

@@ -279,10 +279,19 @@ _lock = threading.Lock()
 def _backend(store: BaseStore) -> Backend:
     with _lock:
         got = _backends.get(store)
-        if got is None:
-            got = _backends[store] = _new_backend(store)
-            store.on_close(partial(_close_backend, weakref.ref(store), got))
+    if got is not None:
         return got
+    # Built outside the module lock: it may do I/O (PostgreSQL's schema check, opening the
+    # SQLite file), and one slow store must not hold up every other store's search.
+    fresh = _new_backend(store)
+    with _lock:
+        got = _backends.get(store)
+        if got is None:
+            _backends[store] = fresh
+            store.on_close(partial(_close_backend, weakref.ref(store), fresh))
+            return fresh
+    fresh.close()  # another thread built one first: keep theirs
+    return got
 
 
 def _close_backend(ref: weakref.ref[BaseStore], backend: Backend) -> None:

@@ -117,3 +117,25 @@ async def test_async_writer_faults(tmp_path: Path) -> None:
     assert await writer.append_message("user", "unsure", id="e2") == 3  # idempotent retry
     await store.close()
     assert replay.verify(FileStore(tmp_path)).ok
+
+
+@pytest.mark.parametrize("durability", ["always", "batch"])
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
+def test_fsync_failing_on_a_new_header_leaves_no_session(
+    tmp_path: Path, durability: str, code: int
+) -> None:
+    """The header was written whole but its fsync failed: the caller got StorageError, so the
+    session must not exist afterwards (not listed, no file), and a retry creates it."""
+    from sessionledger.projections import list_sessions
+
+    store = FileStore(tmp_path, durability=durability)
+    with inject(fsync=failing(code)), pytest.raises(StorageError):
+        store.session("new:1")
+    assert not store.path_for("new:1").exists() and not store.exists("new:1")
+    assert [s.key for s in list_sessions(store)] == []
+    assert replay.recover(store).ok
+    writer = store.session("new:1")
+    assert writer.append_message("user", "x") == 1
+    writer.close()
+    assert replay.verify(store).ok
+    store.close()

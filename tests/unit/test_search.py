@@ -287,3 +287,64 @@ def test_postgres_index_refreshes_the_planner_statistics(monkeypatch: pytest.Mon
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_slow_first_use_does_not_hold_up_other_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Building a store's index (a PostgreSQL schema check, opening the SQLite file) happens
+    outside the module's lock: another store searches meanwhile; racing first uses of one
+    store end with one index, the loser's closed."""
+    import threading
+
+    from sessionledger.projections import _search
+
+    slow, fast = MemoryStore(), MemoryStore()
+    fast.session("a").append_message("user", "kyoto")
+    entered, release = threading.Event(), threading.Event()
+    built: list[Any] = []
+    real = _search._new_backend
+
+    def new_backend(store: BaseStore) -> Any:
+        if store is slow:
+            entered.set()
+            assert release.wait(10)
+        got = real(store)
+        built.append(got)
+        return got
+
+    monkeypatch.setattr(_search, "_new_backend", new_backend)
+    worker = threading.Thread(target=search, args=(slow, "kyoto"))
+    worker.start()
+    try:
+        assert entered.wait(10)
+        assert [h.key for h in search(fast, "kyoto")] == ["a"]  # not blocked by `slow`
+    finally:
+        release.set()
+        worker.join(10)
+    assert not worker.is_alive()
+    # Four first uses of one store at once, all building: one index is kept, three closed.
+    shared = MemoryStore()
+    shared.session("b").append_message("user", "kyoto")
+    barrier = threading.Barrier(4, timeout=10)
+    closed: list[Any] = []
+
+    def racing(store: BaseStore) -> Any:
+        got = real(store)
+        if store is shared:
+            barrier.wait()
+            monkeypatch.setattr(got, "close", lambda got=got: closed.append(got))
+        return got
+
+    monkeypatch.setattr(_search, "_new_backend", racing)
+    racers = [threading.Thread(target=refresh_search, args=(shared,)) for _ in range(4)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join(10)
+    kept = _search._backends[shared]
+    assert len(closed) == 3 and kept not in closed
+    assert [h.key for h in search(shared, "kyoto")] == ["b"]
+    slow.close()
+    fast.close()
+    shared.close()
