@@ -116,7 +116,11 @@ def encode_line(event: Header | KnownEvent, prev_h: str, key: bytes = b"") -> tu
     if not (isinstance(event, MessageAppended) and event.id.isascii()):
         # A message body was escaped when it was encoded, and its other fields are ASCII.
         body = escape_unsafe(body)
-    h = chain_hash(prev_h, body, key)
+    # ``chain_hash``, inlined: this runs once per append.
+    hasher = (_HASHERS.get(key) or _new_hasher(key)).copy()
+    hasher.update(prev_h.encode("ascii"))
+    hasher.update(body)
+    h = hasher.hexdigest()
     return b"".join((body, _HASH_OPEN, h.encode("ascii"), _HASH_CLOSE, b"\n")), h
 
 

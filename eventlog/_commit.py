@@ -63,6 +63,12 @@ class GroupCommit:
         """Lines are written that no finished sync covers."""
         return self.written > self.synced
 
+    def wrote_synced(self, seq: int) -> None:
+        """``wrote(seq)`` then ``confirm(seq)``: the writer synced the line itself."""
+        self.written = seq
+        if seq > self.synced:
+            self.synced = seq
+
     def confirm(self, seq: int) -> None:
         """A sync made by the writer itself (``"always"``) covered the line of ``seq``."""
         self.synced = max(self.synced, seq)

@@ -178,7 +178,16 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
 
     def with_hash(self, h: str) -> MessageAppended:
         """A copy with chain hash ``h`` that keeps the decoded message."""
-        return self._carry(msgspec.structs.replace(self, h=h))
+        # ``_carry``, inlined: this runs once per append.
+        event = msgspec.structs.replace(self, h=h)
+        cached = self.__dict__
+        if cached:
+            into = event.__dict__
+            if "message" in cached:
+                into["message"] = cached["message"]
+            if "_open" in cached:
+                into["_open"] = cached["_open"]
+        return event
 
     @property
     def role(self) -> Any:

@@ -587,6 +587,14 @@ class FileIO:
             if pool is not None:
                 pool.unpin(self)
 
+    def sync_held(self) -> None:
+        """``sync`` inside this log's transaction (an ``"always"`` append), whose pin already
+        keeps the descriptor open."""
+        try:
+            _fsync(self.fd)
+        except OSError as exc:
+            raise StorageError(self.name, "fsync", os.strerror(exc.errno or errno.EIO)) from exc
+
     def truncate(self, size: int) -> None:
         if size < self.seg.base:
             raise StorageError(

@@ -37,6 +37,13 @@ def encode_json(value: Any) -> bytes:
         msgspec.EncodeError: a value is not JSON-serialisable, or a string is not valid Unicode.
     """
     try:
-        return escape_unsafe(_encode(value))
+        data = _encode(value)
     except UnicodeEncodeError as exc:  # a lone surrogate: not text JSON can carry
         raise msgspec.EncodeError(f"a string is not valid Unicode: {exc}") from exc
+    # ``escape_unsafe``, inlined: this runs once per append.
+    if b"\x7f" in data or (
+        not data.isascii()
+        and (b"\xc2" in data or b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data)
+    ):
+        return _UNSAFE.sub(_escape, data)
+    return data

@@ -97,7 +97,7 @@ def new_event_id() -> str:
             _ids.extend(pool[i : i + 32] for i in range(0, len(pool), 32))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Draft:
     """A validated write waiting for its seq: how to build the event, and how to explain a
     value that fails to encode."""
@@ -106,7 +106,7 @@ class Draft:
     describe: Callable[[], str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Staged:
     """An event ready to append: the event (with its hash) and its encoded line."""
 
@@ -140,7 +140,12 @@ def stage(
             )
     if expected_seq is not None and expected_seq != state.seq:
         raise ConflictError(key, expected_seq, state.seq)
-    event = draft.make(state, state.seq + 1, datetime.now(UTC), event_id or new_event_id())
+    if not event_id:
+        try:  # ``new_event_id``, inlined: this runs once per append
+            event_id = _ids.pop()
+        except IndexError:
+            event_id = new_event_id()
+    event = draft.make(state, state.seq + 1, datetime.now(UTC), event_id)
     written = event if seal is None else seal(event)  # an encrypted store's sealing layer
     if isinstance(written, MessageAppended):
         event = written  # a sealed message keeps its plaintext cached, and its opener

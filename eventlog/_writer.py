@@ -36,7 +36,14 @@ from typing import Unpack
 
 from ._errors import StorageError
 from ._fold import apply
-from ._writeapi import CompactionResult, Draft, Staged, new_event_id
+from ._writeapi import (
+    CompactionResult,
+    Draft,
+    Staged,
+    check_event_id,
+    check_expected_seq,
+    new_event_id,
+)
 from ._writerbase import (
     DURABILITIES,
     Durability,
@@ -77,6 +84,9 @@ class SessionLog(LogBase):
         allow = getattr(self.io, "allow_lease", None)
         if allow is not None and self.durability != "batch":
             allow()
+        # An "always" append syncs inside its transaction, which already keeps the descriptor
+        # open: the file I/O then skips the pin that a sync from outside needs.
+        self._sync_held: Callable[[], None] = getattr(self.io, "sync_held", None) or self.io.sync
 
     def reset_locks(self) -> None:
         """In a forked child: fresh locks (a parent thread may have held the old ones)."""
@@ -152,13 +162,12 @@ class SessionLog(LogBase):
             before = io.size()
             io.append(staged.line)
             try:
-                io.sync()
+                self._sync_held()
             except StorageError as exc:
                 self._cut_back(before, exc)
                 raise
             apply(self.state, event)
-            self.commit.wrote(event.seq)
-            self.commit.confirm(event.seq)
+            self.commit.wrote_synced(event.seq)
         else:
             io.append(staged.line)
             apply(self.state, event)
@@ -284,6 +293,16 @@ class SessionWriter(WriterBase[int, CompactionResult, SessionLog]):
         return make(result)
 
     def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        if self._closed or self._log.closed:
+            self._check_open()
+        return self._send(draft, expected_seq, event_id)
+
+    def _write(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
+        # ``WriteAPI._write`` and ``_submit`` in one call: this runs once per append.
+        if expected_seq is not None:
+            check_expected_seq(expected_seq)
+        if event_id is not None:
+            check_event_id(event_id)
         if self._closed or self._log.closed:
             self._check_open()
         return self._send(draft, expected_seq, event_id)

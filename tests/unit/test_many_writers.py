@@ -12,6 +12,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
@@ -22,6 +23,7 @@ from sessionledger.eventlog import (
     AsyncFileStore,
     FileStore,
     SessionNotFoundError,
+    StorageError,
     _fileio,
 )
 
@@ -194,6 +196,47 @@ def test_descriptors_are_bounded_and_reopened(tmp_path: Path) -> None:
         assert len(contents(store.read_bytes(f"u:{n}"))) == (5 if n == 0 else 3)
     store.close()
     other.close()
+
+
+def test_a_durable_append_syncs_its_own_pinned_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An "always" append syncs inside its transaction without pinning again: the fsync is
+    of that log's open descriptor, pinned (never evicted under it), whatever other sessions
+    the store opens meanwhile; a failed fsync still leaves the log as it was."""
+    store = FileStore(tmp_path, durability="always", max_open_files=2)
+    writers = [store.session(f"d:{n}") for n in range(5)]
+    ios = {w.path: cast(_fileio.FileIO, w._log.io) for w in writers}
+    synced: list[str] = []
+    real = _fileio._fsync
+
+    def checking(fd: int) -> None:
+        (io,) = [io for io in ios.values() if io.fd == fd]
+        assert io.pinners, "fsync of a descriptor nobody pins"
+        assert os.fstat(fd).st_ino == os.stat(io.name).st_ino
+        synced.append(io.name)
+        real(fd)
+
+    monkeypatch.setattr(_fileio, "_fsync", checking)
+    for rounds in range(3):
+        for n, w in enumerate(writers):
+            assert w.append_message("user", f"{n}:{rounds}") == rounds + 1
+            assert store.open_files() <= 2
+    assert synced == [w.path for _ in range(3) for w in writers]
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    before = store.read_bytes("d:0")
+    monkeypatch.setattr(_fileio, "_fsync", failing)
+    with pytest.raises(StorageError) as info:
+        writers[0].append_message("user", "lost")
+    assert info.value.action == "fsync"
+    assert store.read_bytes("d:0") == before  # the line whose fsync failed is cut back
+    monkeypatch.setattr(_fileio, "_fsync", real)
+    assert writers[0].append_message("user", "kept") == 4
+    assert contents(store.read_bytes("d:0")) == ["0:0", "0:1", "0:2", "kept"]
+    store.close()
 
 
 def test_a_deleted_session_is_never_written_to_nowhere(tmp_path: Path) -> None:
