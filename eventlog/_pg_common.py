@@ -26,7 +26,7 @@ import msgspec
 from ._errors import EventLogError, StorageError
 from ._fold import EndedConversation, SessionState
 from ._names import split_key
-from ._pg_schema import channel_name, check_statement
+from ._pg_schema import channel_name, check_prefix
 from ._preview import PREVIEW_MESSAGES, USER_PREVIEW, preview_candidates, preview_with_role
 
 if TYPE_CHECKING:
@@ -381,7 +381,7 @@ def run(
     one round trip); from its second run on it is prepared (psycopg prepares in a round trip
     of its own, paid once by a statement run again, never by one run once: a CLI's listing).
     A connection lent before the store's schema was checked carries that check
-    (``_sessionledger_check``): it is sent with the statement, in the same round trip.
+    (``_sessionledger_check``): it goes in the statement itself, in the same round trip.
     """
     cur: psycopg.Cursor[tuple[Any, ...]] | None = getattr(conn, "_sessionledger_cursor", None)
     if cur is None or cur.closed:
@@ -449,7 +449,7 @@ class Statements:
             return sql.SQL(text).format(s=s, channel=sql.Literal(self.channel)).as_bytes(None)
 
         #: Fails unless the schema is at this code's version (sent with a store's first query).
-        self.check_schema = check_statement(schema)
+        self.check_prefix = check_prefix(schema)
         self.lock = q("SELECT seq, head, size FROM {s}.sessions WHERE key = %s FOR UPDATE")
         self.lock_only = q("SELECT 1 FROM {s}.sessions WHERE key = %s FOR UPDATE")
         self.lines = q("SELECT line FROM {s}.events WHERE key = %s ORDER BY seq")

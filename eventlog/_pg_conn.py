@@ -8,10 +8,10 @@ Rules:
   at most ``pool_size`` connections (2 for ``pool_size=1``).
 - The schema is checked (and migrated when older) before the store's first statement runs,
   once per store: a read whose first statement goes through ``run`` (``reading(via_run=True)``:
-  opening, listing, state) sends the check in the same round trip, in one pipeline ahead of
-  it, so the statement never runs against a schema it was not written for (the check fails
-  first, and the pipeline's implicit transaction skips the rest); any other first use checks
-  in a query of its own when the connection is lent. A newer schema raises
+  opening, listing, state) carries the check in the statement itself: a CTE naming this
+  version's marker function (migration 8), which fails at parse time on any other version, so
+  the statement never runs against a schema it was not written for; any other first use
+  checks in a query of its own when the connection is lent. A newer schema raises
   ``SchemaVersionError`` there, and nothing is changed.
 - A connection the server ended while idle was sent nothing: it is dropped, another lent.
 - Each thread's lent connections are known (newest last): a lazy read made while a thread
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import StoreClosedError
 from ._pg_common import PgTarget, translate
 from ._pg_io import idle_ok
-from ._pg_schema import is_current, migrate
+from ._pg_schema import is_current, migrate, with_check
 
 if TYPE_CHECKING:
     import psycopg
@@ -57,9 +57,9 @@ def _idle_status(conn: Conn) -> bool:
 
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (an IntEnum; psycopg is imported lazily)
 
-#: How the schema check fails (no schema: undefined_table; another version: division_by_zero),
-#: and no SQLSTATE at all (the pipeline aborted): the statement may not have run.
-_CHECK_FAILED = frozenset({"42P01", "22012", None})
+#: How the schema check fails (another version or no marker: undefined_function; no schema:
+#: invalid_schema_name), and no SQLSTATE at all: the statement may not have run.
+_CHECK_FAILED = frozenset({"42883", "3F000", None})
 
 
 class PgConnections:
@@ -141,41 +141,36 @@ class PgConnections:
         args: Any,
         binary: bool,
     ) -> None:
-        """Run the store's first statement with the schema check ahead of it, one round trip.
+        """Run the store's first statement with the schema check in it: one statement, one
+        round trip.
 
-        The check fails on any schema but this code's, and the pipeline then skips the
-        statement; the schema is then looked at on its own: migrated (and the statement run)
-        when older, :class:`SchemaVersionError` when newer, run when another process made it
-        current in between. A statement that failed by itself (the schema current) raises its
-        own error.
+        The check (a CTE naming this version's marker function, see ``check_prefix``) fails
+        at parse time on any schema but this code's, so the statement never runs; the schema
+        is then looked at on its own: migrated (and the statement run) when older,
+        :class:`SchemaVersionError` when newer, run when another process made it current in
+        between. A statement that failed by itself (the schema current) raises its own error.
         """
         import psycopg
 
-        error: psycopg.Error | None = None
         try:
-            with conn.pipeline():
-                try:
-                    conn.execute(self.sql.check_schema)
-                    cur.execute(query, args, prepare=False, binary=binary)
-                except psycopg.Error as exc:  # kept: psycopg logs one raised out of the block
-                    error = exc
-        except psycopg.Error as exc:  # the pipeline's end: the error, or that it aborted
-            error = error or exc
-        if error is None:
-            self.checked = True
+            cur.execute(
+                with_check(self.sql.check_prefix, query), args, prepare=False, binary=binary
+            )
+        except psycopg.Error as error:
+            if isinstance(error, psycopg.OperationalError) or not _idle_status(conn):
+                raise  # the connection, a timeout: nothing known of the schema, check later
+            if is_current(conn, self.target.schema):
+                self.checked = True
+                if error.sqlstate not in _CHECK_FAILED:
+                    raise  # the statement's own error
+                # The check's own failure, and the schema current now: another process
+                # created or migrated it in between (two first uses at once). Run it.
+            else:
+                migrate(conn, self.target.schema, self.where)
+                self.checked = True
+            cur.execute(query, args, prepare=False, binary=binary)
             return
-        if isinstance(error, psycopg.OperationalError) or not _idle_status(conn):
-            raise error  # the connection, a timeout: nothing known of the schema, check later
-        if is_current(conn, self.target.schema):
-            self.checked = True
-            if error.sqlstate not in _CHECK_FAILED:
-                raise error  # the statement's own error
-            # The check's own failure, and the schema current now: another process created
-            # or migrated it in between (two first uses at once). Run the statement.
-        else:
-            migrate(conn, self.target.schema, self.where)
-            self.checked = True
-        cur.execute(query, args, prepare=False, binary=binary)
+        self.checked = True
 
     def forked(self) -> None:
         """In a forked child, before anything else: a fresh lock (the parent's may be held),

@@ -118,6 +118,29 @@ BEGIN
 END
 $fn$"""
 
+#: The trigger function of migration 8: drops every ``sessionledger_schema_v<N>()`` of the
+#: schema and creates the one of ``max(version)`` (none when the table is empty).
+SCHEMA_MARKER_FUNCTION: Final = """
+CREATE OR REPLACE FUNCTION {s}.schema_marker() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    f record;
+    v integer;
+BEGIN
+    FOR f IN SELECT p.proname FROM pg_proc p
+            WHERE p.pronamespace = (SELECT c.relnamespace FROM pg_class c WHERE c.oid = TG_RELID)
+            AND p.proname LIKE 'sessionledger\\_schema\\_v%' LOOP
+        EXECUTE format('DROP FUNCTION %I.%I()', TG_TABLE_SCHEMA, f.proname);
+    END LOOP;
+    EXECUTE format('SELECT max(version) FROM %I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME) INTO v;
+    IF v IS NOT NULL THEN
+        EXECUTE format(
+            'CREATE FUNCTION %I.%I() RETURNS integer LANGUAGE sql IMMUTABLE AS %L',
+            TG_TABLE_SCHEMA, 'sessionledger_schema_v' || v, 'SELECT ' || v);
+    END IF;
+    RETURN NULL;
+END
+$fn$"""
+
 #: (version, what it does, SQL statements with ``{s}`` standing for the schema identifier).
 MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
     (
@@ -254,6 +277,21 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "ALTER TABLE {s}.snapshot_records ALTER COLUMN data SET STORAGE EXTERNAL",
         ),
     ),
+    (
+        8,
+        "schema_marker: a function named for the schema version, kept by a trigger",
+        (
+            # Any write to schema_version (a migration's row, or a hand-made edit) leaves
+            # exactly one function sessionledger_schema_v<max(version)>() in the schema. A
+            # store's first statement names its own version's function in a CTE, so on any
+            # other version it fails at parse time (undefined function) instead of running:
+            # the check costs a catalog lookup, not reading a table on a fresh backend.
+            SCHEMA_MARKER_FUNCTION,
+            "DROP TRIGGER IF EXISTS schema_marker ON {s}.schema_version",
+            "CREATE TRIGGER schema_marker AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE "
+            "ON {s}.schema_version FOR EACH STATEMENT EXECUTE FUNCTION {s}.schema_marker()",
+        ),
+    ),
 )
 
 #: The newest schema version this code knows.
@@ -310,19 +348,32 @@ def is_current(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> bool:
     return row is not None and row[0] == SCHEMA_VERSION
 
 
-def check_statement(schema: str) -> bytes:
-    """A statement that fails unless ``schema`` is at :data:`SCHEMA_VERSION`: an undefined
-    table when there is no schema yet, a division by zero at any other version. Sent in one
-    pipeline with a store's first statement, it keeps that statement from running (the
-    pipeline's implicit transaction ends at the first error) against a schema it was not
-    written for; :func:`is_current` and :func:`migrate` then tell which it is."""
+def check_prefix(schema: str) -> bytes:
+    """A CTE to put ahead of a store's first statement that makes it fail unless ``schema`` is
+    at :data:`SCHEMA_VERSION`: it names the marker function of that version (migration 8), so
+    on any other version, or with no schema yet, the statement fails at parse time (undefined
+    function, or no such schema) and never runs; :func:`is_current` and :func:`migrate` then
+    tell which it is. The CTE is never evaluated (nothing references it)."""
     from psycopg import sql
 
     return (
-        sql.SQL("SELECT 1 / coalesce((max(version) = {v})::int, 0) FROM {s}.schema_version")
-        .format(v=sql.Literal(SCHEMA_VERSION), s=sql.Identifier(schema))
+        sql.SQL("WITH sessionledger_schema_check AS (SELECT {s}.{f}()) ")
+        .format(
+            s=sql.Identifier(schema), f=sql.Identifier(f"sessionledger_schema_v{SCHEMA_VERSION}")
+        )
         .as_bytes(None)
     )
+
+
+def with_check(prefix: bytes, query: bytes) -> bytes:
+    """``query`` with the check CTE of :func:`check_prefix` ahead of it (joined to the
+    query's own ``WITH`` list when it has one)."""
+    head = query[:15].upper()
+    if head.startswith(b"WITH RECURSIVE "):
+        return b"WITH RECURSIVE " + prefix[5:].rstrip() + b", " + query[15:]
+    if head.startswith(b"WITH "):
+        return prefix.rstrip() + b", " + query[5:]
+    return prefix + query
 
 
 def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str, where: str) -> int:

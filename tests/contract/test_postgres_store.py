@@ -609,7 +609,7 @@ def test_newer_schema_is_refused(make_pg: StoreFactory, dsn: str) -> None:
         )
     newer = make_pg()  # connects; the schema is checked with its first statement
     uses: dict[str, Callable[[], object]] = {
-        "list (check and query in one pipeline)": lambda: projections_list(newer),
+        "list (the check in the statement)": lambda: projections_list(newer),
         "open": lambda: newer.session("telegram:1"),
         "state": lambda: newer.state("telegram:1"),
         "exists": lambda: newer.exists("telegram:1"),
@@ -649,6 +649,103 @@ def test_a_new_stores_first_listing_checks_the_schema_in_the_same_round_trip(
     other = make_pg()
     assert trips(lambda: other.keys()) == 2  # not through run: the check on its own first
     assert trips(lambda: other.keys()) == 1
+
+
+def test_a_new_stores_first_listing_is_one_statement_and_no_pipeline(
+    make_pg: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check goes in the listing itself (a CTE naming the version's marker function): no
+    pipeline, whose sync and per-statement reads cost wake-ups of their own."""
+    from psycopg import Connection
+
+    pg = make_pg()
+    pg.session("telegram:1").append_message("user", "hello")
+    fresh = make_pg()
+    sent: list[bytes] = []
+    pipelines: list[bool] = []
+    real_execute = psycopg.Cursor.execute
+    real_pipeline = Connection.pipeline
+
+    def execute(cur: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(bytes(query))
+        return real_execute(cur, query, *args, **kwargs)
+
+    def pipeline(conn: Any) -> Any:
+        pipelines.append(True)
+        return real_pipeline(conn)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    monkeypatch.setattr(Connection, "pipeline", pipeline)
+    assert projections_list(fresh) == ["telegram:1"]
+    assert pipelines == [] and len(sent) == 1
+    assert sent[0].startswith(b"WITH sessionledger_schema_check AS (SELECT ")
+    assert f'."sessionledger_schema_v{SCHEMA_VERSION}"()'.encode() in sent[0]
+    assert fresh._db.checked
+    assert projections_list(fresh) == ["telegram:1"]
+    assert not sent[1].startswith(b"WITH sessionledger_schema_check")  # checked once
+
+
+def _markers(dsn: str, schema: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname LIKE 'sessionledger%%' ORDER BY 1",
+            (schema,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_the_schema_marker_follows_every_change_to_schema_version(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """Migration 8's trigger keeps one marker, of max(version), whoever writes the table: a
+    newer library's migration, or a hand-made edit, makes the check fail as it should."""
+    pg = make_pg()
+    pg.ensure_schema()
+    pg.session("telegram:1").append_message("user", "hello")
+    current = f"sessionledger_schema_v{SCHEMA_VERSION}"
+    assert _markers(dsn, pg.schema) == [current]
+    table = f'"{pg.schema}".schema_version'
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {table} (version, description) VALUES (999, 'newer')")
+    assert _markers(dsn, pg.schema) == ["sessionledger_schema_v999"]
+    newer = make_pg()
+    with pytest.raises(SchemaVersionError):
+        projections_list(newer)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {table} WHERE version > 3")
+    assert _markers(dsn, pg.schema) == ["sessionledger_schema_v3"]
+    assert projections_list(make_pg()) == ["telegram:1"]  # migrated by the first listing
+    assert _markers(dsn, pg.schema) == [current]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE {table} SET description = description")
+        assert _markers(dsn, pg.schema) == [current]
+        conn.execute(f"TRUNCATE {table}")
+    assert _markers(dsn, pg.schema) == []
+
+
+def test_a_version_7_database_is_migrated_by_a_new_stores_first_listing(
+    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database as schema version 7 left it: no marker function, no trigger."""
+    pg = make_pg()
+    _conversation(pg)
+    before = pg.read_bytes("telegram:42")
+    pg.close()
+    s = f'"{pg.schema}"'
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TRIGGER schema_marker ON {s}.schema_version")
+        conn.execute(f"DROP FUNCTION {s}.schema_marker()")
+        conn.execute(f"DROP FUNCTION {s}.sessionledger_schema_v{SCHEMA_VERSION}()")
+        conn.execute(f"DELETE FROM {s}.schema_version WHERE version > 7")
+    assert _markers(dsn, pg.schema) == []
+    again = make_pg()
+    assert projections_list(again) == ["telegram:42"]
+    assert _markers(dsn, pg.schema) == [f"sessionledger_schema_v{SCHEMA_VERSION}"]
+    assert again.read_bytes("telegram:42") == before
+    trips = _RoundTrips(monkeypatch)
+    third = make_pg()
+    assert trips(lambda: projections_list(third)) == 1
 
 
 # -- catalog, snapshots, notifications --------------------------------------------------------
@@ -1005,7 +1102,7 @@ def test_an_older_schema_is_migrated_in_place(make_pg: StoreFactory, dsn: str) -
 
     again = make_pg()
     assert versions() == [1]  # a store object changes nothing until it is used
-    # Its first statement (a listing: the check in the same pipeline) migrates, then runs.
+    # Its first statement (a listing, the check in it) migrates, then runs.
     assert projections_list(again) == ["telegram:42"]
     assert versions() == list(range(1, SCHEMA_VERSION + 1))
     assert again.read_bytes("telegram:42") == pg.read_bytes("telegram:42")

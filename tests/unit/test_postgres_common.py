@@ -22,7 +22,12 @@ from sessionledger.eventlog._pg_common import (
     tail_bytes,
     text,
 )
-from sessionledger.eventlog._pg_schema import MIGRATIONS, SCHEMA_VERSION
+from sessionledger.eventlog._pg_schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    check_prefix,
+    with_check,
+)
 from sessionledger.projections import SessionID
 
 
@@ -92,6 +97,22 @@ def test_migrations_are_numbered_from_one() -> None:
     assert MIGRATIONS[-1][0] == SCHEMA_VERSION
     error = SchemaVersionError("db", 9, 1)
     assert "upgrade" in str(error) and (error.found, error.known) == (9, 1)
+
+
+def test_the_schema_check_goes_ahead_of_any_statement_as_a_cte() -> None:
+    prefix = check_prefix('a"b')
+    marker = f'"a""b"."sessionledger_schema_v{SCHEMA_VERSION}"()'.encode()
+    assert prefix == b"WITH sessionledger_schema_check AS (SELECT " + marker + b") "
+    assert with_check(prefix, b"SELECT 1") == prefix + b"SELECT 1"
+    # A statement with its own WITH list: the check joins it (one WITH per statement).
+    assert with_check(prefix, b"WITH x AS (SELECT 1) SELECT * FROM x") == (
+        b"WITH sessionledger_schema_check AS (SELECT " + marker + b"), x AS (SELECT 1) "
+        b"SELECT * FROM x"
+    )
+    assert with_check(prefix, b"with recursive r AS (SELECT 1) SELECT * FROM r") == (
+        b"WITH RECURSIVE sessionledger_schema_check AS (SELECT " + marker + b"), "
+        b"r AS (SELECT 1) SELECT * FROM r"
+    )
 
 
 def test_target_names_host_port_never_the_password() -> None:
