@@ -36,11 +36,31 @@ def _write_conversations(root: Path, sessions: int, per: int) -> None:
             s.close()
 
 
+def _read_sessions(rows: list[Any]) -> int:
+    """What a caller showing every session row reads of it (title, preview, times)."""
+    n = 0
+    for r in rows:
+        n += len(r.title) + len(r.preview)
+        r.created_at, r.updated_at  # noqa: B018
+    return n
+
+
+def _read_conversations(rows: list[Any]) -> int:
+    """What a caller showing every conversation row reads of it (title, preview, times)."""
+    n = 0
+    for r in rows:
+        n += len(r.title) + len(r.preview)
+        r.started_at, r.updated_at  # noqa: B018
+    return n
+
+
 @benchmark(
     "conversations", 19, "list_conversations (N sessions x 5 conversations) vs list_sessions"
 )
 def bench_conversations(ctx: Context) -> list[Row]:
-    """Both listings on the same store: catalog current, and from a new store object."""
+    """Both listings on the same store: catalog current, and from a new store object (the call
+    alone, and the call with every row's title, preview and times read, as a CLI or a page
+    showing the whole list does)."""
     from sessionledger import projections
     from sessionledger.eventlog import FileStore
 
@@ -66,6 +86,12 @@ def bench_conversations(ctx: Context) -> list[Row]:
     def conversations_fresh() -> float:
         return timed(lambda: projections.list_conversations(FileStore(root)))
 
+    def sessions_fresh_read() -> float:
+        return timed(lambda: _read_sessions(projections.list_sessions(FileStore(root))))
+
+    def conversations_fresh_read() -> float:
+        return timed(lambda: _read_conversations(projections.list_conversations(FileStore(root))))
+
     def sessions_fresh_page() -> float:
         return timed(lambda: projections.list_sessions(FileStore(root), limit=20))
 
@@ -80,6 +106,7 @@ def bench_conversations(ctx: Context) -> list[Row]:
 
     t_conv, t_sess = medians(runs, conversations, sessions)
     t_conv_fresh, t_sess_fresh = medians(runs, conversations_fresh, sessions_fresh)
+    t_conv_read, t_sess_read = medians(runs, conversations_fresh_read, sessions_fresh_read)
     t_conv_page, t_sess_page = medians(runs, conversations_page, sessions_page)
     t_conv_fp, t_sess_fp = medians(runs, conversations_fresh_page, sessions_fresh_page)
     what = f"{count:,} sessions x {per} conversations"
@@ -87,6 +114,7 @@ def bench_conversations(ctx: Context) -> list[Row]:
     for label, ours, base in (
         ("catalog current", t_conv, t_sess),
         ("new store object", t_conv_fresh, t_sess_fresh),
+        ("new store object, every row's title, preview and times read", t_conv_read, t_sess_read),
         ("limit=20", t_conv_page, t_sess_page),
         ("new store object, limit=20", t_conv_fp, t_sess_fp),
     ):
