@@ -27,7 +27,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from ._codec import encode_line
-from ._errors import ConflictError, InvalidEventError
+from ._errors import ConflictError, InvalidEventError, StoreClosedError
 from ._events import (
     END_REASONS,
     LIFECYCLE_STATES,
@@ -159,6 +159,17 @@ def stage(
     return Staged(msgspec.structs.replace(event, h=h), line)
 
 
+def message_draft(msg: dict[str, Any], body: msgspec.Raw, tokens: int) -> Draft:
+    """The draft of a message already checked and encoded (see ``append_message_dict``)."""
+
+    def make(_s: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
+        event = MessageAppended(seq=seq, ts=ts, id=eid, body=body, tokens=tokens)
+        event.__dict__["message"] = msg
+        return event
+
+    return Draft(make, lambda: _unserialisable(msg))
+
+
 def check_event_id(event_id: object) -> str | None:
     """Return a valid event id (or None); raise InvalidEventError otherwise."""
     if event_id is not None and (
@@ -217,6 +228,10 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
     #: Seals an event for its line (set by an encrypted store; None: written as is).
     _seal: Callable[[KnownEvent], KnownEvent] | None = None
     _count_tokens: TokenCounter
+    #: A writer's own path for a checked message with no ``expected_seq`` and no ``id``
+    #: (message dict, encoded body, tokens; the hot path, without a draft): None, or it
+    #: appends exactly as ``_write(message_draft(...), None, None)`` would.
+    _append_message: Callable[[dict[str, Any], msgspec.Raw, int], _R] | None = None
     _state: SessionState
     _io: _Named
     _closed: bool
@@ -299,12 +314,12 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             raise InvalidEventError(f"message cannot be counted: {_unserialisable(msg)}") from exc
 
-        def make(_s: SessionState, seq: int, ts: datetime, eid: str) -> KnownEvent:
-            event = MessageAppended(seq=seq, ts=ts, id=eid, body=body, tokens=tokens)
-            event.__dict__["message"] = msg
-            return event
-
-        return self._write(Draft(make, lambda: _unserialisable(msg)), expected_seq, id)
+        fast = self._append_message
+        if fast is not None and expected_seq is None and id is None:
+            if self._closed:
+                raise StoreClosedError(f"the writer for session {self.key!r} is closed")
+            return fast(msg, body, tokens)
+        return self._write(message_draft(msg, body, tokens), expected_seq, id)
 
     def update_metadata(
         self,

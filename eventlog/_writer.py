@@ -32,18 +32,16 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Unpack
+from datetime import UTC, datetime
+from typing import Any, Unpack
 
-from ._errors import StorageError
+import msgspec
+
+from ._codec import encode_line
+from ._errors import InvalidEventError, StorageError
+from ._events import KnownEvent, MessageAppended
 from ._fold import apply
-from ._writeapi import (
-    CompactionResult,
-    Draft,
-    Staged,
-    check_event_id,
-    check_expected_seq,
-    new_event_id,
-)
+from ._writeapi import CompactionResult, Draft, message_draft, new_event_id
 from ._writerbase import (
     DURABILITIES,
     Durability,
@@ -112,7 +110,47 @@ class SessionLog(LogBase):
                 self.check_open()
             with self.io.transaction(state):
                 staged = self.stage(draft, expected_seq, event_id)
-                seq = staged if isinstance(staged, int) else self._write_line(staged)
+                seq = (
+                    staged
+                    if isinstance(staged, int)
+                    else self._write_line(staged.event, staged.line)
+                )
+            if self.settle is not None:
+                self.settle(self.state)
+        if self.durability == "batch":
+            self.make_durable(seq)
+        return seq
+
+    def submit_message(self, msg: dict[str, Any], body: msgspec.Raw, tokens: int) -> int:
+        """``submit(message_draft(msg, body, tokens), None, None)`` without the draft: the
+        same steps (``stage`` of a new message, ``_write_line``), in one call (the hot path)."""
+        with self.lock:
+            if self.closed:
+                self.check_open()
+            if self.seal is not None:  # an encrypted store seals the line: the general path
+                return self.submit(message_draft(msg, body, tokens), None, None)
+            with self.io.transaction(self.state):
+                state, commit = self.state, self.commit
+                if state.seq < commit.written:  # the log was cut back and reloaded
+                    commit.rebase(state.seq)
+                if commit.failure is not None:
+                    commit.check()
+                event = MessageAppended(
+                    seq=state.seq + 1,
+                    ts=datetime.now(UTC),
+                    id=new_event_id(),
+                    body=body,
+                    tokens=tokens,
+                )
+                try:
+                    line, h = encode_line(event, state.head, self.hash_key)
+                except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
+                    describe = message_draft(msg, body, tokens).describe
+                    why = describe() if describe is not None else str(exc)
+                    raise InvalidEventError(f"session {self.key!r}: {why}") from exc
+                event = msgspec.structs.replace(event, h=h)
+                event.__dict__["message"] = msg
+                seq = self._write_line(event, line)
             if self.settle is not None:
                 self.settle(self.state)
         if self.durability == "batch":
@@ -156,11 +194,11 @@ class SessionLog(LogBase):
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _write_line(self, staged: Staged) -> int:
-        io, event = self.io, staged.event
+    def _write_line(self, event: KnownEvent, line: bytes) -> int:
+        io = self.io
         if self.durability == "always":
             before = io.size()
-            io.append(staged.line)
+            io.append(line)
             try:
                 self._sync_held()
             except StorageError as exc:
@@ -169,7 +207,7 @@ class SessionLog(LogBase):
             apply(self.state, event)
             self.commit.wrote_synced(event.seq)
         else:
-            io.append(staged.line)
+            io.append(line)
             apply(self.state, event)
             self.commit.wrote(event.seq)
         return event.seq
@@ -245,6 +283,9 @@ class SessionWriter(WriterBase[int, CompactionResult, SessionLog]):
         # How an append reaches the log (a backend's own writer may do it its way).
         self._send = submit or log.submit
         self._on_close = on_close
+        if submit is None and type(self)._submit is SessionWriter._submit:
+            # Appends reach the log itself: a plain message may skip the draft (see WriteAPI).
+            self._append_message = log.submit_message
 
     @property
     def _lock(self) -> threading.RLock:
@@ -293,16 +334,6 @@ class SessionWriter(WriterBase[int, CompactionResult, SessionLog]):
         return make(result)
 
     def _submit(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
-        if self._closed or self._log.closed:
-            self._check_open()
-        return self._send(draft, expected_seq, event_id)
-
-    def _write(self, draft: Draft, expected_seq: int | None, event_id: str | None) -> int:
-        # ``WriteAPI._write`` and ``_submit`` in one call: this runs once per append.
-        if expected_seq is not None:
-            check_expected_seq(expected_seq)
-        if event_id is not None:
-            check_event_id(event_id)
         if self._closed or self._log.closed:
             self._check_open()
         return self._send(draft, expected_seq, event_id)
