@@ -25,14 +25,20 @@ ID_RECORD: Final = 16
 _PROTOS: dict[bytes, Any] = {}
 
 
-def id_digest(event_id: str, key: bytes = b"") -> bytes:
-    """The 8-byte digest an id record keeps (keyed like the chain, when the store is keyed)."""
+def id_hasher(key: bytes = b"") -> Any:
+    """The primed hasher of :func:`id_digest` for ``key``, shared: copy it, never update it
+    (a loop over many ids copies it itself)."""
     proto = _PROTOS.get(key)
     if proto is None:  # a copy of a primed hasher skips the key block and parameter set-up
         proto = _PROTOS[key] = blake2b(digest_size=8, key=key, person=b"sl-ids")
         if len(_PROTOS) > 64:  # a process with many keys: keep a few
             _PROTOS.pop(next(iter(_PROTOS)))
-    hasher = proto.copy()
+    return proto
+
+
+def id_digest(event_id: str, key: bytes = b"") -> bytes:
+    """The 8-byte digest an id record keeps (keyed like the chain, when the store is keyed)."""
+    hasher = id_hasher(key).copy()
     hasher.update(event_id.encode("utf-8", "surrogatepass"))
     digest: bytes = hasher.digest()
     return digest

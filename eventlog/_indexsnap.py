@@ -38,8 +38,19 @@ from ._errors import CorruptLogError
 from ._events import Event, Header, MessageAppended
 from ._fileindex import IndexFiles, IndexName
 from ._fold import SessionState
-from ._idindex import ID_RECORD, IdIndex, id_digest
-from ._msgindex import RECORD, MessageList, merge_ranges, pack_record
+from ._idindex import ID_RECORD, IdIndex, id_digest, id_hasher
+from ._msgindex import (
+    FLAG_COMMAND,
+    FLAG_DELIVERY,
+    FLAG_MEDIA,
+    FLAG_TOOL_CALLS,
+    FLAG_TOOL_RESULT,
+    RECORD,
+    ROLES,
+    MessageList,
+    merge_ranges,
+    pack_record,
+)
 from ._segments import SEGMENT_HEADER_START
 from ._snapshot import (
     DIGEST_SIZE,
@@ -431,6 +442,55 @@ class _NewRecords:
 
         return add
 
+    def held_adder(self, key: bytes) -> Callable[[MessageAppended, int, int, bytes, bytes], None]:
+        """How a plaintext message line the writer holds is added (bound once per run of
+        lines): what :meth:`adder` does for it, inlined (a settling writer adds thousands at
+        a time, in its appends' time). The call takes the event, the line's offset and
+        length, the previous line's hash and this line's (both raw)."""
+        msg_out, id_out, ordinal_of = self.msg_out, self.id_out, self.ordinal_of
+        base = self.records
+        pack = RECORD.pack
+        ids = id_hasher(key)
+        roles = ROLES
+
+        def add_held(
+            event: MessageAppended, offset: int, length: int, prev: bytes, h: bytes
+        ) -> None:
+            message = event.message
+            get = message.get
+            role = get("role")
+            flags = 0
+            if get("_command"):
+                flags = FLAG_COMMAND
+            if get("_channel_delivery"):
+                flags |= FLAG_DELIVERY
+            if get("media"):
+                flags |= FLAG_MEDIA
+            if get("tool_calls"):
+                flags |= FLAG_TOOL_CALLS
+            if get("tool_call_id"):
+                flags |= FLAG_TOOL_RESULT
+            try:
+                record = pack(
+                    event.seq,
+                    offset,
+                    length,
+                    event.tokens,
+                    roles.get(role, 0) if isinstance(role, str) else 0,
+                    flags,
+                    h,
+                    prev,
+                )
+            except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
+                raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
+            ordinal_of[event.seq] = base + len(msg_out)
+            msg_out.append(record)
+            hasher = ids.copy()
+            hasher.update(event.id.encode("utf-8", "surrogatepass"))
+            id_out.append(hasher.digest() + offset.to_bytes(8, "little"))
+
+        return add_held
+
 
 def _finish(
     files: IndexFiles,
@@ -551,6 +611,7 @@ def extend_from_state(
     seq = first_seq - 1
     at = tail.startswith
     add = new.adder(hash_key)
+    add_held = None if seal is not None else new.held_adder(hash_key)
     while seq < state.seq:
         end = find(b"\n", pos)
         if end < 0:
@@ -566,17 +627,21 @@ def extend_from_state(
             pos = end + 1
             continue
         seq += 1
-        event: Event | None = in_memory.get(seq)
-        if event is not None and at(event.h.encode(), end - 34):
+        held = in_memory.get(seq)
+        if held is not None and at(held.h.encode(), end - 34):
             # The usual case: a message line this writer holds (its hash covers its id).
             line_start = base_start + pos
-            raw = bytes.fromhex(event.h)
-            add(event, event.id, line_start, end + 1 - pos, prev_raw, raw)
-            prev_prev, prev, prev_raw = prev, event.h, raw
+            raw = bytes.fromhex(held.h)
+            if add_held is None:  # sealed: its role is read from the envelope
+                add(held, held.id, line_start, end + 1 - pos, prev_raw, raw)
+            else:
+                add_held(held, line_start, end + 1 - pos, prev_raw, raw)
+            prev_prev, prev, prev_raw = prev, held.h, raw
             pos = end + 1
             continue
-        if event is not None:  # the writer holds another message at this seq
+        if held is not None:  # the writer holds another message at this seq
             return None
+        event: Event | None = None
         line = tail[pos : end + 1]
         h = line[-35:-3].decode("ascii", "replace")
         if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:

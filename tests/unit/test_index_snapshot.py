@@ -428,6 +428,19 @@ async def test_an_async_writer_lets_its_own_events_go(tmp_path: Path) -> None:
     assert replay.verify(store.sync).ok
 
 
+class _ZeroHasher:
+    """A hasher whose every digest is eight zero bytes (every id digest collides)."""
+
+    def copy(self) -> _ZeroHasher:
+        return self
+
+    def update(self, data: bytes) -> None:
+        pass
+
+    def digest(self) -> bytes:
+        return b"\0" * 8
+
+
 @pytest.mark.parametrize("collide", [False, True])
 def test_ids_stay_exact_past_the_sorted_digests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool
@@ -438,6 +451,8 @@ def test_ids_stay_exact_past_the_sorted_digests(
     if collide:
         for module in (_idindex, _indexsnap):
             monkeypatch.setattr(module, "id_digest", lambda event_id, key=b"": b"\0" * 8)
+        # A settling writer digests the ids it holds with the primed hasher itself.
+        monkeypatch.setattr(_indexsnap, "id_hasher", lambda key=b"": _ZeroHasher())
     store = FileStore(tmp_path / "s", durability="none")
     with store.session(KEY) as w:
         for i in range(300):
@@ -503,3 +518,44 @@ def test_a_writer_from_the_index_reads_on_after_the_log_rolls(
         full, max_messages=200
     )
     w.close()
+
+
+def test_a_settling_writer_indexes_its_messages_as_their_lines_say(tmp_path: Path) -> None:
+    """The records a settling writer packs for the messages it holds (roles, flags, tokens,
+    offsets, hashes) are the records of their lines in the log, read back and decoded."""
+    import msgspec
+
+    from sessionledger.eventlog._events import MessageAppended
+    from sessionledger.eventlog._msgindex import RECORD, pack_record
+
+    kinds: list[dict[str, object]] = [
+        {"role": "user", "content": "hi", "media": ["/a.png"]},
+        {"role": "user", "content": "plain", "media": []},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"},
+        {"role": "assistant", "content": "/new", "_command": True},
+        {"role": "user", "content": "delivered", "_channel_delivery": True},
+        {"role": "system", "content": "be brief"},
+        {"role": "developer", "content": "an unknown role"},
+        {"role": "assistant", "content": "", "tool_calls": []},
+    ]
+    store = FileStore(tmp_path / "s", durability="none")
+    store.settle_every = 20
+    w = store.session(KEY)
+    for i in range(90):
+        w.append_message_dict(kinds[i % len(kinds)])
+    assert w.state.messages.source is not None  # it settled
+    w.close()
+    log = store.path_for(KEY).read_bytes()
+    records = store.path_for(KEY).with_suffix(".index").read_bytes()
+    expected: list[bytes] = []
+    offset, prev = 0, ""
+    for line in log.splitlines(keepends=True):
+        if line.startswith(b'{"type":"message"'):
+            event = msgspec.json.decode(line, type=MessageAppended)
+            expected.append(pack_record(event, offset, len(line), prev))
+        prev = line[-35:-3].decode()
+        offset += len(line)
+    held = len(records) // RECORD.size  # what the last settle indexed (close adds no more)
+    assert len(expected) == 90 and 60 <= held <= 90
+    assert records[: held * RECORD.size] == b"".join(expected[:held])
