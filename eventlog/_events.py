@@ -201,21 +201,22 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
         return msgspec.structs.replace(self, body=msgspec.Raw(body))
 
 
-_decode_messages = msgspec.json.Decoder(list[dict[str, Any]]).decode
+_decode_message_lines = msgspec.json.Decoder(dict[str, Any]).decode_lines
 
 
 def decode_messages(events: Sequence[MessageAppended]) -> None:
     """Decode the message dicts of ``events`` not decoded yet in one call: what reading each
     event's :attr:`~MessageAppended.message` would do, at the cost of one decode (a history
-    reads hundreds at once). A sealed event (one with an opener) is left to its first use, and
-    so is every event of a batch that does not decode as it would alone (a body that is not a
-    JSON object, or nests too deep to sit in a list): reading such a message raises as before.
+    reads hundreds at once). The bodies are decoded as JSON lines, one a line (a body read from
+    a log line holds no newline), which copies them once. A sealed event (one with an opener)
+    is left to its first use, and so is every event of a batch that does not decode as it
+    would alone (a body that is not one JSON object): reading such a message raises as before.
     """
     todo = [e for e in events if "message" not in e.__dict__ and "_open" not in e.__dict__]
     if len(todo) < 2:
         return
     try:
-        decoded = _decode_messages(b"[" + b",".join([e.body for e in todo]) + b"]")
+        decoded = _decode_message_lines(b"\n".join([e.body for e in todo]))
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return
     if len(decoded) != len(todo):  # a hand-built body that is not one JSON value

@@ -49,7 +49,19 @@ def test_a_decoded_message_is_kept_and_a_sealed_one_is_left_alone() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [b"[1]", b'"text"', b"", b'{"a":1},{"b":2}', b'{"a":', b"{}]", b"[" * 2_000 + b"]" * 2_000],
+    [
+        b"[1]",
+        b'"text"',
+        b"",
+        b'{"a":1},{"b":2}',
+        b'{"a":',
+        b"{}]",
+        b"[" * 2_000 + b"]" * 2_000,
+        # Two objects in one body, apart as the batch's bodies are (a newline) or not.
+        b'{"a":1}\n{"b":2}',
+        b'{"a":1} {"b":2}',
+        b"\n",
+    ],
 )
 def test_a_batch_with_a_bad_body_decodes_nothing_and_each_raises_as_before(bad: bytes) -> None:
     good = [_lazy(b'{"content":"x"}', 1), _lazy(b'{"content":"y"}', 3)]
