@@ -84,7 +84,14 @@ class Undo:
     _FIELDS = ("seq", "head", "updated_at", "live_tokens", "total_messages", "total_tokens")
 
     def __init__(self, state: SessionState) -> None:
-        self._scalars = tuple(getattr(state, f) for f in self._FIELDS)
+        self._scalars = (  # _FIELDS, in order
+            state.seq,
+            state.head,
+            state.updated_at,
+            state.live_tokens,
+            state.total_messages,
+            state.total_tokens,
+        )
         self._len = len(state.messages)
         self._ids: list[str] = []
         self._full: SessionState | None = None

@@ -185,6 +185,7 @@ class PgSessionWriter(SessionWriter):
             base_seq, base_head = state.seq, state.head
             results: list[int | BaseException] = []
             staged: list[tuple[_Ticket, Staged]] = []
+            failed = False
             for t in batch:
                 try:
                     got = stage(
@@ -198,13 +199,14 @@ class PgSessionWriter(SessionWriter):
                     )
                 except EventLogError as exc:  # this append only: ConflictError, invalid
                     results.append(exc)
+                    failed = True
                     continue
                 results.append(got if isinstance(got, int) else got.event.seq)
                 if isinstance(got, Staged):
                     undo.before(state, _tag(got.event), got.event.id)
                     apply(state, got.event)
                     staged.append((t, got))
-            if not checked and any(isinstance(r, EventLogError) for r in results):
+            if failed and not checked:
                 # A check failed against what this writer last saw; others may have moved the
                 # session since (expected_seq, upto ...): answer it against the log as it is.
                 undo.undo(state)
