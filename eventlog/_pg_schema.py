@@ -119,7 +119,9 @@ END
 $fn$"""
 
 #: The trigger function of migration 8: drops every ``sessionledger_schema_v<N>()`` of the
-#: schema and creates the one of ``max(version)`` (none when the table is empty).
+#: schema and creates the one of ``max(version)`` (none when the table is empty). Only a
+#: function of exactly that name and no arguments is a marker: any other function whose name
+#: starts the same (one taking arguments, a procedure) is left alone.
 SCHEMA_MARKER_FUNCTION: Final = """
 CREATE OR REPLACE FUNCTION {s}.schema_marker() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -128,7 +130,8 @@ DECLARE
 BEGIN
     FOR f IN SELECT p.proname FROM pg_proc p
             WHERE p.pronamespace = (SELECT c.relnamespace FROM pg_class c WHERE c.oid = TG_RELID)
-            AND p.proname LIKE 'sessionledger\\_schema\\_v%' LOOP
+            AND p.proname ~ '^sessionledger_schema_v-?[0-9]+$'
+            AND p.prokind = 'f' AND p.pronargs = 0 LOOP
         EXECUTE format('DROP FUNCTION %I.%I()', TG_TABLE_SCHEMA, f.proname);
     END LOOP;
     EXECUTE format('SELECT max(version) FROM %I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME) INTO v;
@@ -290,6 +293,9 @@ MIGRATIONS: Final[tuple[tuple[int, str, tuple[str, ...]], ...]] = (
             "DROP TRIGGER IF EXISTS schema_marker ON {s}.schema_version",
             "CREATE TRIGGER schema_marker AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE "
             "ON {s}.schema_version FOR EACH STATEMENT EXECUTE FUNCTION {s}.schema_marker()",
+            # Also under session_replication_role = replica (a logical replication subscriber,
+            # a bulk copy skipping foreign keys), where ordinary triggers do not fire.
+            "ALTER TABLE {s}.schema_version ENABLE ALWAYS TRIGGER schema_marker",
         ),
     ),
 )

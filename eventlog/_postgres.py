@@ -116,8 +116,12 @@ class PostgresStore(BaseStore):
         key_store: KeyStore | None = None,
     ) -> None:
         require_psycopg()
-        if not schema or len(schema) > 40:
+        if not isinstance(schema, str) or not schema or len(schema) > 40:
             raise InvalidEventError(f"schema must be 1 to 40 characters, not {schema!r}")
+        if "%" in schema or "\x00" in schema:
+            # psycopg reads a '%' in any statement sent with parameters as a placeholder (the
+            # schema's name is in every statement); PostgreSQL names cannot hold a NUL.
+            raise InvalidEventError(f"schema must not contain '%' or NUL, not {schema!r}")
         durability = check_durability(durability)
         self.target = PgTarget(dsn, schema, connect_timeout)
         self.schema = schema

@@ -724,6 +724,68 @@ def test_the_schema_marker_follows_every_change_to_schema_version(
     assert _markers(dsn, pg.schema) == []
 
 
+def test_the_schema_marker_trigger_touches_only_its_own_markers(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """The trigger drops only functions named exactly sessionledger_schema_v<N>() with no
+    arguments: a function of the schema's owner whose name merely starts like a marker (one
+    taking arguments, a zero-argument one, a procedure) is left alone, and does not make every
+    write to schema_version (a migration, a newer library) fail with 'function ... does not
+    exist'."""
+    pg = make_pg()
+    pg.ensure_schema()
+    s = f'"{pg.schema}"'
+    theirs = [
+        "sessionledger_schema_v5",  # with an argument
+        "sessionledger_schema_version",  # no arguments, not a marker's name
+        "sessionledger_schema_v7x",
+        "sessionledger_schema_v9_proc",
+    ]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION {s}.sessionledger_schema_v5(x integer) RETURNS integer "
+            "LANGUAGE sql AS 'SELECT x'"
+        )
+        for name in ("sessionledger_schema_version", "sessionledger_schema_v7x"):
+            conn.execute(f"CREATE FUNCTION {s}.{name}() RETURNS integer LANGUAGE sql AS 'SELECT 1'")
+        conn.execute(f"CREATE PROCEDURE {s}.sessionledger_schema_v9_proc() LANGUAGE sql AS ''")
+        conn.execute(f"UPDATE {s}.schema_version SET description = description")
+        conn.execute(f"INSERT INTO {s}.schema_version (version, description) VALUES (999, 'n')")
+    assert _markers(dsn, pg.schema) == sorted([*theirs, "sessionledger_schema_v999"])
+    with pytest.raises(SchemaVersionError):
+        projections_list(make_pg())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {s}.schema_version WHERE version = 999")
+    assert _markers(dsn, pg.schema) == sorted([*theirs, f"sessionledger_schema_v{SCHEMA_VERSION}"])
+    assert projections_list(make_pg()) == []
+
+
+def test_the_schema_marker_follows_writes_made_as_a_replica(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """With session_replication_role = replica (a logical replication subscriber applying rows,
+    a bulk copy that skips foreign-key triggers) ordinary triggers do not fire: the marker of
+    the old version stayed, and an older library ran against a newer schema instead of raising
+    SchemaVersionError. The marker's trigger fires always."""
+    pg = make_pg()
+    pg.ensure_schema()
+    s = f'"{pg.schema}"'
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            conn.execute("SET session_replication_role = replica")
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("setting session_replication_role needs a superuser on this server")
+        conn.execute(f"INSERT INTO {s}.schema_version (version, description) VALUES (999, 'n')")
+    assert _markers(dsn, pg.schema) == ["sessionledger_schema_v999"]
+    newer = make_pg()
+    with pytest.raises(SchemaVersionError):
+        projections_list(newer)
+    with pytest.raises(SchemaVersionError):
+        newer.session("telegram:1")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # nothing was written
+        assert conn.execute(f"SELECT count(*) FROM {s}.sessions").fetchone() == (0,)
+
+
 def test_a_version_7_database_is_migrated_by_a_new_stores_first_listing(
     make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

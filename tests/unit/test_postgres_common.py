@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionledger.eventlog import MemoryStore, PostgresStore, SchemaVersionError
+from sessionledger.eventlog import InvalidEventError, MemoryStore, PostgresStore, SchemaVersionError
 from sessionledger.eventlog._pg_common import (
     PgTarget,
     catalog_query,
@@ -144,6 +144,17 @@ def test_catalog_query_binds_every_filter() -> None:
 def test_store_refuses_a_bad_schema_name_before_connecting() -> None:
     with pytest.raises(ValueError):
         PostgresStore("postgresql://nobody@127.0.0.1:1/x", schema="")
+
+
+@pytest.mark.parametrize("schema", ["a%b", "a%sb", "a%%b", "100%", "a\x00b"])
+def test_store_refuses_a_schema_name_psycopg_cannot_carry_before_connecting(schema: str) -> None:
+    """A '%' in the schema name is read by psycopg as a placeholder in every statement sent
+    with parameters ('a%%b' even names another schema, 'a%b'); a NUL cannot be sent at all.
+    Such a store could never be used: it is refused with the library's error, before any
+    connection (the DSN points nowhere)."""
+    pytest.importorskip("psycopg")
+    with pytest.raises(InvalidEventError, match="schema"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/x", schema=schema, connect_timeout=0.5)
 
 
 def test_import_eventlog_does_not_import_psycopg() -> None:
