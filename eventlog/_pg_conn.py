@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import StoreClosedError
 from ._pg_common import PgTarget, translate
 from ._pg_io import idle_ok
-from ._pg_schema import is_current, migrate, with_check
+from ._pg_schema import is_current, migrate, restore_marker, with_check
 
 if TYPE_CHECKING:
     import psycopg
@@ -164,7 +164,10 @@ class PgConnections:
                 if error.sqlstate not in _CHECK_FAILED:
                     raise  # the statement's own error
                 # The check's own failure, and the schema current now: another process
-                # created or migrated it in between (two first uses at once). Run it.
+                # created or migrated it in between (two first uses at once), or its marker
+                # was dropped (made again here, for the next stores). Run it.
+                if error.sqlstate == "42883":
+                    restore_marker(conn, self.target.schema)
             else:
                 migrate(conn, self.target.schema, self.where)
                 self.checked = True

@@ -354,6 +354,39 @@ def is_current(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> bool:
     return row is not None and row[0] == SCHEMA_VERSION
 
 
+def restore_marker(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> None:
+    """A current ``schema`` failed the marker check: if its marker function is missing (dropped
+    by hand), have migration 8's trigger make it again (an update of no row fires it), under
+    the migrations' lock, so that new stores check in their first statement again. Best
+    effort: a role that may not write ``schema_version`` leaves it missing (each new store's
+    first statement then fails its check, and is run again after :func:`is_current`)."""
+    import psycopg
+    from psycopg import sql
+
+    quoted = '"' + schema.replace('"', '""') + '"'
+    marker = f"{quoted}.sessionledger_schema_v{SCHEMA_VERSION}()"
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sessionlog:{schema}",))
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT max(version) = {v} AND to_regprocedure(%s) IS NULL "
+                    "FROM {s}.schema_version"
+                ).format(v=sql.Literal(SCHEMA_VERSION), s=sql.Identifier(schema)),
+                (marker,),
+            ).fetchone()
+            if row is not None and row[0]:
+                conn.execute(
+                    sql.SQL("UPDATE {}.schema_version SET version = version WHERE false").format(
+                        sql.Identifier(schema)
+                    )
+                )
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error:
+        pass  # not allowed here (a reader's role): stores keep checking the slower way
+
+
 def check_prefix(schema: str) -> bytes:
     """A CTE to put ahead of a store's first statement that makes it fail unless ``schema`` is
     at :data:`SCHEMA_VERSION`: it names the marker function of that version (migration 8), so

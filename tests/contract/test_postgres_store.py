@@ -786,6 +786,26 @@ def test_the_schema_marker_follows_writes_made_as_a_replica(
         assert conn.execute(f"SELECT count(*) FROM {s}.sessions").fetchone() == (0,)
 
 
+def test_a_dropped_schema_marker_is_made_again_by_the_next_first_use(
+    make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A current schema whose marker function was dropped by hand: the next new store's first
+    listing still works, and has the trigger make the marker again; before, every new store's
+    first statement failed its check and was run again after reading schema_version (three
+    statements instead of one, for good)."""
+    pg = make_pg()
+    _conversation(pg)
+    pg.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP FUNCTION "{pg.schema}".sessionledger_schema_v{SCHEMA_VERSION}()')
+    assert _markers(dsn, pg.schema) == []
+    assert projections_list(make_pg()) == ["telegram:42"]
+    assert _markers(dsn, pg.schema) == [f"sessionledger_schema_v{SCHEMA_VERSION}"]
+    trips = _RoundTrips(monkeypatch)
+    third = make_pg()
+    assert trips(lambda: projections_list(third)) == 1
+
+
 def test_a_version_7_database_is_migrated_by_a_new_stores_first_listing(
     make_pg: StoreFactory, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
