@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import threading
 from binascii import a2b_base64, b2a_base64
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
+from hashlib import blake2b
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -68,6 +69,25 @@ _decode_json = msgspec.json.Decoder().decode
 S = TypeVar("S", bound=Anchored)
 _record_decoder = msgspec.msgpack.Decoder(tuple[str, bytes])
 _record_encoder = msgspec.msgpack.Encoder()
+
+#: How many of the newest live messages a sealed index snapshot's window holds (a history
+#: of up to this many messages opens none of them one by one), and how many bytes of
+#: plaintext at most (older messages are left out past it).
+WINDOW: Final = 512
+WINDOW_BYTES: Final = 8 << 20
+#: The depth of the key tree's nodes a window's key derives from (each covers 256 seqs).
+WINDOW_DEPTH: Final = 6
+_WINDOW_SHIFT: Final = 4 * (8 - WINDOW_DEPTH)
+#: ``magic || u32le first node || u32le last node || nonce || AES-256-GCM(msgpack entries)``
+_WINDOW_MAGIC: Final = b"SLW1"
+_WINDOW_HEAD: Final = len(_WINDOW_MAGIC) + 8
+#: A window's nodes at most (a window naming more is refused unopened: no key derivations).
+_WINDOW_NODES: Final = 4096
+_window_encoder = msgspec.msgpack.Encoder()
+#: A window's plaintext: ``u32le n || msgpack [(seq, hash, length), ...] (n bytes) || bodies``.
+_window_decoder = msgspec.msgpack.Decoder(list[tuple[int, str, int]])
+#: An opened window: by seq, each entry's line hash and plaintext (a view of the window's).
+Window = dict[int, tuple[str, memoryview]]
 
 
 class _Envelope(msgspec.Struct):
@@ -356,6 +376,8 @@ class SessionSeal:
         cached = out.__dict__
         cached["message"] = message
         cached["_open"] = self.open_message
+        # The exact plaintext sealed: a snapshot's window takes it without decrypting.
+        cached["_plain"] = event.body
         return out
 
     def seal(self, event: KnownEvent) -> KnownEvent:
@@ -518,6 +540,115 @@ class SessionSeal:
             return False
         return True
 
+    # -- the window of an index snapshot ------------------------------------------------------
+
+    def _window_key(self, first: int, last: int) -> bytes | None:
+        """The key of a window whose messages lie under nodes ``first..last`` of depth
+        :data:`WINDOW_DEPTH` (256 seqs each): derived from each node's seed
+        (:meth:`KeyTree.node_key`), so it exists only while no key under them was destroyed.
+        None when one was."""
+        if not 0 <= first <= last or last - first >= _WINDOW_NODES:
+            return None
+        tree = self.tree
+        parts = []
+        for prefix in range(first, last + 1):
+            part = tree.node_key(WINDOW_DEPTH, prefix)
+            if part is None:
+                return None
+            parts.append(part)
+        return blake2b(b"".join(parts), digest_size=32, person=b"sl-window").digest()
+
+    def _window_aad(self, seq: int, first: int, last: int) -> bytes:
+        return b"%swindow|%d|%d|%d" % (self._aad_prefix, seq, first, last)
+
+    def plain_of(self, event: MessageAppended) -> bytes | None:
+        """The exact plaintext sealed in a message event's line (None: destroyed, or not a
+        sealed message), without decrypting when the writer or a window holds it."""
+        if self.destroyed(event.seq) is not None:
+            return None
+        cached = event.__dict__
+        plain = cached.get("_plain")
+        if plain is not None:
+            return bytes(plain)
+        opener = cached.get("_open")
+        if isinstance(opener, WindowOpener):
+            plain = opener.plain(event)
+            if plain is not None:
+                return plain
+        body = bytes(event.body)
+        try:
+            envelope = _decode_envelope(body)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        if not envelope.sealed:
+            return None
+        aad = b"%s%d|message" % (self._aad_prefix, event.seq)
+        return self._open(event.seq, aad, envelope.sealed)
+
+    def seal_window(self, seq: int, messages: Sequence[MessageAppended]) -> bytes:
+        """The window of a snapshot at ``seq`` whose newest live messages are ``messages``:
+        each one's seq, line hash and exact plaintext, sealed as one under a key derived from
+        the key tree's nodes they lie under (see :meth:`_window_key`). Redacting or erasing
+        any of them destroys that key with theirs, whatever file still holds the window.
+        b"" when there is none to write (a message destroyed, or not sealed)."""
+        entries: list[tuple[int, str, bytes]] = []
+        size = 0
+        for event in reversed(messages):
+            try:
+                plain = self.plain_of(event)
+            except KeyUnavailableError:
+                return b""
+            if plain is None or not event.h:
+                return b""
+            size += len(plain)
+            if size > WINDOW_BYTES:
+                break
+            entries.append((event.seq, event.h, plain))
+        if not entries:
+            return b""
+        entries.reverse()
+        first, last = entries[0][0] >> _WINDOW_SHIFT, entries[-1][0] >> _WINDOW_SHIFT
+        key = self._window_key(first, last)
+        if key is None:
+            return b""
+        head = _window_encoder.encode([(seq, h, len(body)) for seq, h, body in entries])
+        inner = b"".join([len(head).to_bytes(4, "little"), head, *(e[2] for e in entries)])
+        nonce = _nonce()
+        sealed = self._aead(key).encrypt(nonce, inner, self._window_aad(seq, first, last))
+        return b"".join(
+            (_WINDOW_MAGIC, first.to_bytes(4, "little"), last.to_bytes(4, "little"), nonce, sealed)
+        )
+
+    def open_window(self, seq: int, window: bytes | memoryview) -> Window:
+        """The plaintext and entries of a snapshot's window (empty: none, or it does not
+        open: its key was destroyed, or it was damaged or moved)."""
+        if len(window) < _WINDOW_HEAD + _NONCE or window[:4] != _WINDOW_MAGIC:
+            return {}
+        first = int.from_bytes(window[4:8], "little")
+        last = int.from_bytes(window[8:12], "little")
+        key = self._window_key(first, last)
+        if key is None:
+            return {}
+        view = memoryview(window)
+        try:
+            plain = self._aead(key).decrypt(
+                view[_WINDOW_HEAD : _WINDOW_HEAD + _NONCE],
+                view[_WINDOW_HEAD + _NONCE :],
+                self._window_aad(seq, first, last),
+            )
+            at = 4 + int.from_bytes(plain[:4], "little")
+            heads = _window_decoder.decode(memoryview(plain)[4:at])
+        except (*self._errors, msgspec.DecodeError):
+            return {}
+        view = memoryview(plain)
+        entries: Window = {}
+        for s, h, n in heads:
+            entries[s] = (h, view[at : at + n])
+            at += n
+        if at != len(plain):  # sealed by this module, so never; but never read past it
+            return {}
+        return entries
+
     def note_dead(self, events: list[Event]) -> None:
         """Record the erasures and redactions ``events`` hold (before opening anything)."""
         upto, redacted = self.dead
@@ -537,3 +668,53 @@ class SessionSeal:
 
 
 OpenMessage = Callable[[MessageAppended], dict[str, Any]]
+
+
+class WindowOpener:
+    """The opener of the messages of a sealed index snapshot that has a window: a message
+    the window holds (same seq, same line hash) is decoded from it, any other through
+    :meth:`SessionSeal.open_message`.
+
+    The window is opened on first use, with the key tree the seal holds then, and opened
+    again whenever the seal's tree changes (an erase or redact, or another store's, read at
+    the next load): what it opened under a tree is never used once that tree is replaced.
+    A seq destroyed according to the log or the tree is never taken from it.
+    """
+
+    __slots__ = ("_opened", "_seq", "_tree", "_window", "seal")
+
+    def __init__(self, seal: SessionSeal, seq: int, window: bytes | memoryview) -> None:
+        self.seal = seal
+        self._seq = seq
+        self._window = window
+        self._tree: KeyTree | None = None
+        self._opened: Window = {}
+
+    def _plain(self, event: MessageAppended) -> memoryview | None:
+        """The plaintext the window holds for ``event`` (None: it does not, or must not)."""
+        seal = self.seal
+        seq = event.seq
+        upto, redacted = seal.dead
+        tree = seal.tree
+        if seq <= upto or seq <= tree.erased_upto or seq in redacted or tree.redacted:
+            return None
+        if self._tree is not tree:
+            self._opened = {}  # drop what the old tree opened before opening again
+            self._opened = seal.open_window(self._seq, self._window)
+            self._tree = tree
+        entry = self._opened.get(seq)
+        if entry is None or entry[0] != event.h:
+            return None
+        return entry[1]
+
+    def __call__(self, event: MessageAppended) -> dict[str, Any]:
+        plain = self._plain(event)
+        if plain is None:
+            return self.seal.open_message(event)
+        opened: dict[str, Any] = _decode_json(plain)
+        return opened
+
+    def plain(self, event: MessageAppended) -> bytes | None:
+        """The plaintext the window holds for ``event`` (None: it holds none)."""
+        plain = self._plain(event)
+        return None if plain is None else bytes(plain)

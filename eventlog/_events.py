@@ -167,7 +167,7 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
 
     def _carry(self, event: MessageAppended) -> MessageAppended:
         cached = self.__dict__
-        for name in ("message", "_open"):
+        for name in ("message", "_open", "_plain"):
             if name in cached:
                 event.__dict__[name] = cached[name]
         return event

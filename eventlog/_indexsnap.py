@@ -83,12 +83,30 @@ class IndexMeta(Anchored, kw_only=True):
     record_digests: bytes = b""
     #: Id records (one per event: ``seq`` of them), and their chunk digests.
     id_digests: bytes = b""
+    #: A sealed session's window (its newest messages, sealed as one; see
+    #: ``_crypto.SessionSeal.seal_window``), or empty. Written after the snapshot's digest
+    #: (:func:`encode_meta`), never inside the msgpack: the AEAD tag checks it, and hashing
+    #: hundreds of KB on every open would cost what the window saves.
+    window: bytes = b""
+    #: Where in ``window`` the window lies (a snapshot read keeps the file's bytes there, not
+    #: a copy of its window).
+    window_span: tuple[int, int] = (0, 0)
+
+    def window_view(self) -> memoryview:
+        """The snapshot's window (empty: none)."""
+        start, end = self.window_span
+        return memoryview(self.window)[start:end]
 
 
 _decoder = snapshot_decoder(IndexMeta)
 
-MetaSeal = Callable[[IndexMeta], IndexMeta]
-"""Seals a sealed session's index snapshot before it is encoded (plaintext values sealed)."""
+MetaSeal = Callable[[IndexMeta, MessageList], IndexMeta]
+"""Seals a sealed session's index snapshot before it is encoded (plaintext values sealed),
+given the snapshot state's live messages (for its window)."""
+
+#: How a snapshot with a window ends: ``... digest || window || u32le(len(window)) || mark``.
+WINDOW_MARK: Final = b"SLWIN1\n"
+_WINDOW_TRAILER: Final = 4 + len(WINDOW_MARK)
 
 
 def is_index_snapshot(data: bytes) -> bool:
@@ -97,12 +115,33 @@ def is_index_snapshot(data: bytes) -> bool:
 
 
 def encode_meta(meta: IndexMeta, key: bytes = b"") -> bytes:
-    """Serialise ``meta`` with its digest."""
-    return seal(INDEX_MAGIC, meta, key)
+    """Serialise ``meta`` with its digest (and its window, if any, after the digest)."""
+    window = meta.window_view()
+    if not window:
+        return seal(INDEX_MAGIC, meta, key)
+    bare = msgspec.structs.replace(meta, window=b"", window_span=(0, 0))
+    trailer = len(window).to_bytes(4, "little") + WINDOW_MARK
+    return b"".join((seal(INDEX_MAGIC, bare, key), window, trailer))
+
+
+def split_window(data: bytes) -> tuple[bytes, tuple[int, int]]:
+    """An index snapshot's bytes as (the snapshot with its digest, the span of its window
+    in ``data``: empty when it has none)."""
+    if not data.endswith(WINDOW_MARK) or len(data) < _WINDOW_TRAILER:
+        return data, (0, 0)
+    end = len(data) - _WINDOW_TRAILER
+    cut = end - int.from_bytes(data[end : end + 4], "little")
+    if cut < len(INDEX_MAGIC) + DIGEST_SIZE:
+        raise SnapshotError("its window does not fit in it")
+    return data[:cut], (cut, end)
 
 
 def decode_meta(data: bytes, session: str, key: bytes = b"") -> IndexMeta:
-    """Check and decode an index snapshot of ``session``; raise SnapshotError if unusable."""
+    """Check and decode an index snapshot of ``session``; raise SnapshotError if unusable.
+
+    The window (if any) is not checked here: it is sealed, and opens only if it is intact."""
+    whole = data
+    data, span = split_window(data)
     meta = unseal(
         data,
         magic=INDEX_MAGIC,
@@ -117,6 +156,10 @@ def decode_meta(data: bytes, session: str, key: bytes = b"") -> IndexMeta:
         raise SnapshotError("its id index digests do not match its seq")
     if any(not 0 <= a < b <= meta.records for a, b in meta.ranges):
         raise SnapshotError("a message range is outside its records")
+    if span[1] > span[0]:
+        meta.window, meta.window_span = whole, span
+    else:
+        meta.window, meta.window_span = b"", (0, 0)
     return meta
 
 
@@ -534,7 +577,7 @@ def _finish(
     meta.records = records + len(msg_out)
     meta.record_digests = record_digests
     meta.id_digests = id_digests
-    return encode_meta(meta if seal is None else seal(meta), hash_key)
+    return encode_meta(meta if seal is None else seal(meta, messages), hash_key)
 
 
 _MESSAGE_TAG: Final = b'{"type":"message",'

@@ -35,6 +35,8 @@ _CACHE_LIMIT: Final = 1024
 
 
 _DIGITS: Final = [bytes((d,)) for d in range(ARITY)]
+#: What a node's seed hashes for :meth:`KeyTree.node_key` (never a child's one digit byte).
+_NODE_KEY_INPUT: Final = b"\x10window"
 
 
 def child_seed(seed: bytes, digit: int) -> bytes:
@@ -148,6 +150,29 @@ class KeyTree:
         h = state.copy()
         h.update(_DIGITS[seq & (ARITY - 1)])
         return h.digest()
+
+    def node_key(self, depth: int, prefix: int) -> bytes | None:
+        """A key derived from the seed of node ``(depth, prefix)`` (the leaves ``prefix *
+        16**(8 - depth)`` on), or None when no remaining node derives that node: once any
+        leaf under it was destroyed, this key is gone with it (every ancestor of a destroyed
+        leaf is destroyed too).
+
+        It is ``blake2b(b"\\x10window", key=<that node's seed>, person="sl-keytree")``: no
+        child derivation hashes that input (a child's is one digit byte), so it derives
+        nothing else."""
+        if not 0 <= depth < DEPTH or not 0 <= prefix < ARITY**depth:
+            return None
+        start = prefix << (ARITY_BITS * (DEPTH - depth))
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0:
+            return None
+        node = self.nodes[i]
+        if node.depth > depth or start >= node.start + node.span:
+            return None  # split (a leaf under the node was destroyed), or not in the tree
+        seed = node.seed
+        for d in range(node.depth + 1, depth + 1):
+            seed = child_seed(seed, (prefix >> (ARITY_BITS * (depth - d))) & (ARITY - 1))
+        return blake2b(_NODE_KEY_INPUT, key=seed, digest_size=SEED_LEN, person=_PERSON).digest()
 
     def _leaf_uncached(self, seq: int) -> bytes | None:
         if not 0 <= seq <= MAX_SEQ:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, KeyScan, LogStat, TrashBin, TrashEntry
 from ._errors import InvalidEventError, SessionNotFoundError
-from ._indexsnap import INDEX_MAGIC, IndexMeta, is_index_snapshot
+from ._indexsnap import INDEX_MAGIC, IndexMeta, is_index_snapshot, split_window
 from ._pg_common import Statements, run, tail_bytes
 from ._pg_conn import PgConnections
 from ._snapshot import Snapshot, snapshot_seq
@@ -143,7 +143,7 @@ class PgBackend(Backend):
             if data is None:
                 conn.execute(db.sql.drop_snapshot, {"k": key.encode()})
             elif is_index_snapshot(data):  # its records were written first
-                seq = snapshot_seq(data, INDEX_MAGIC)
+                seq = snapshot_seq(split_window(data)[0], INDEX_MAGIC)
                 conn.execute(db.sql.put_snapshot, (data, seq, key.encode()))
             else:
                 args = {"k": key.encode(), "d": data, "seq": snapshot_seq(data)}

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
 from ._codec import Decoded
-from ._crypto import SEALING, Keyring, SessionSeal
+from ._crypto import SEALING, WINDOW, Keyring, OpenMessage, SessionSeal, WindowOpener
 from ._errors import EventLogError, InvalidEventError, KeyUnavailableError
 from ._events import Erased, Event, Header, KnownEvent, MessageAppended, Redacted
 from ._fold import SessionState
@@ -160,7 +160,7 @@ class Privacy:
                 seal = self.seal_of(key, header)
         decoded.header = snapshot.header  # the tail's decode names the snapshot's header
         seal.open_decoded(decoded, header=False)
-        opener = seal.open_message
+        opener = self.opener_of(seal, snapshot)
         messages = snapshot.state.messages
         source = messages.source
         if isinstance(snapshot, IndexMeta) and source is not None:
@@ -195,11 +195,30 @@ class Privacy:
             if not seal.tree.destroyed(seq):
                 seal.tree = keyring.destroy(seal.session_id, seq, seq)
 
-    def seal_snapshot(self, key: str, snapshot: S) -> S:
-        """A snapshot of a sealed session with its plaintext values sealed (messages already are)."""
+    @staticmethod
+    def opener_of(seal: SessionSeal, snapshot: Anchored) -> OpenMessage:
+        """How the messages of ``snapshot`` (opened with ``seal``) open: from its window when
+        it has one, else each on its own."""
+        if isinstance(snapshot, IndexMeta):
+            window = snapshot.window_view()
+            if window:
+                return WindowOpener(seal, snapshot.seq, window)
+        return seal.open_message
+
+    def seal_snapshot(
+        self, key: str, snapshot: S, messages: Sequence[MessageAppended] | None = None
+    ) -> S:
+        """A snapshot of a sealed session with its plaintext values sealed (messages already
+        are); an index snapshot given its state's live ``messages`` gets a window of the
+        newest (see ``SessionSeal.seal_window``)."""
         if not snapshot.header.sealing:
             return snapshot
-        return self.seal_of(key, snapshot.header).seal_snapshot(snapshot)
+        seal = self.seal_of(key, snapshot.header)
+        sealed = seal.seal_snapshot(snapshot)
+        if messages is not None and isinstance(sealed, IndexMeta) and len(messages):
+            window = seal.seal_window(sealed.seq, messages[-WINDOW:])
+            sealed.window, sealed.window_span = window, (0, len(window))
+        return sealed
 
     # -- public operations -----------------------------------------------------------------------
 

@@ -124,7 +124,7 @@ class SnapshotViews:
         if not sealed:
             return None
         store = self._store
-        return lambda meta: store._privacy.seal_snapshot(meta.key, meta)
+        return lambda meta, messages: store._privacy.seal_snapshot(meta.key, meta, messages)
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -370,7 +370,8 @@ class SnapshotViews:
         if state.sealed and opened.messages.source is not None:
             # The records point at sealed lines: they open as the writer's own messages did.
             privacy = self._store._privacy
-            opened.messages.source.opener = privacy.seal_of(key, meta.header).open_message
+            seal = privacy.seal_of(key, meta.header)
+            opened.messages.source.opener = privacy.opener_of(seal, meta)
         older, newer = state.ids.cold, opened.ids.cold
         if isinstance(older, FileColdIds) and isinstance(newer, FileColdIds):
             newer.inherit(older)

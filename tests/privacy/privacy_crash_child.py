@@ -4,7 +4,7 @@ Usage: ``python privacy_crash_child.py ROOT OPERATION POINT N``. OPERATION is ``
 ``redact`` or ``rotate``; POINT names where the process kills itself: ``destroy`` (the event is
 durable, no key destroyed yet) or ``rename`` (the N-th crash-safe file replace, after its temp
 file is written and fsynced but before the rename), ``renamed`` (just after that rename, before
-the directory fsync).
+the directory fsync), ``drop`` (the keys are destroyed, the session's snapshot not dropped yet).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sessionledger.eventlog import FileStore, LocalKeyFile, _crypto, _keystore
+from sessionledger.eventlog import FileStore, LocalKeyFile, _crypto, _keystore, _privacy
 
 
 def _die() -> None:
@@ -40,6 +40,8 @@ def main() -> None:
     _keystore._rename = rename  # type: ignore[assignment]
     if point == "destroy":
         _crypto.Keyring.destroy = lambda *a, **k: _die()  # type: ignore[assignment,method-assign]
+    if point == "drop":
+        _privacy.Privacy.drop_views = lambda *a, **k: _die()  # type: ignore[method-assign]
     if operation == "erase":
         store.erase("victim", by="ops", reason="crash test")
     elif operation == "redact":
