@@ -708,11 +708,21 @@ class WindowOpener:
         return entry[1]
 
     def __call__(self, event: MessageAppended) -> dict[str, Any]:
-        plain = self._plain(event)
-        if plain is None:
-            return self.seal.open_message(event)
-        opened: dict[str, Any] = _decode_json(plain)
-        return opened
+        # The hot path of a history (one call per message): ``_plain`` inline.
+        seal = self.seal
+        seq = event.seq
+        upto, redacted = seal.dead
+        tree = seal.tree
+        if not (seq <= upto or seq <= tree.erased_upto or seq in redacted or tree.redacted):
+            if self._tree is not tree:
+                self._opened = {}  # drop what the old tree opened before opening again
+                self._opened = seal.open_window(self._seq, self._window)
+                self._tree = tree
+            entry = self._opened.get(seq)
+            if entry is not None and entry[0] == event.h:
+                opened: dict[str, Any] = _decode_json(entry[1])
+                return opened
+        return seal.open_message(event)
 
     def plain(self, event: MessageAppended) -> bytes | None:
         """The plaintext the window holds for ``event`` (None: it holds none)."""

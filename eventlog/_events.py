@@ -187,6 +187,8 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
                 into["message"] = cached["message"]
             if "_open" in cached:
                 into["_open"] = cached["_open"]
+                if "_plain" in cached:  # a sealed message's plaintext (see ``_crypto``)
+                    into["_plain"] = cached["_plain"]
         return event
 
     @property

@@ -305,3 +305,26 @@ def test_an_opened_window_is_opened_again_under_a_new_tree(tmp_path: Path) -> No
     seal.tree = KeyTree(list(punctured.nodes))
     assert opener.plain(messages[-2]) is None
     assert opener._opened == {}
+
+
+def test_a_writer_seals_its_own_messages_into_the_window_without_opening_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = encrypted_store(tmp_path)
+    store.snapshot_every = 1
+    s = store.session(KEY)
+    for i in range(30):
+        s.append_message("user", _text(i))
+    assert all("_plain" in m.__dict__ for m in s.state.messages)  # kept from sealing
+    decrypted: list[int] = []
+    real = SessionSeal._open
+
+    def spy(self: SessionSeal, seq: int, aad: bytes, text: str | bytes | memoryview) -> bytes:
+        decrypted.append(seq)
+        return real(self, seq, aad, text)
+
+    monkeypatch.setattr(SessionSeal, "_open", spy)
+    opened = _count_single_opens(monkeypatch)
+    s.close()  # writes the snapshot and its window from what the writer holds
+    assert opened == [] and decrypted == []
+    assert _window_opens(_reopen(tmp_path), store.snapshot_path(KEY).read_bytes())
