@@ -71,3 +71,38 @@ def test_a_batch_with_a_bad_body_decodes_nothing_and_each_raises_as_before(bad: 
     assert [e.message for e in good] == [{"content": "x"}, {"content": "y"}]
     with pytest.raises(InvalidEventError, match="seq 2 is not a JSON object"):
         events[1].message  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        # A body with no value and one with two: the counts agree, the pairing does not.
+        [b"", b'{"content":"a"} {"content":"b"}'],
+        [b"  ", b'{"content":"a"}\r{"content":"b"}'],
+        # One value split over two bodies, and a body with two.
+        [b'{"content":', b'"a"}', b'{"content":"b"} {"content":"c"}'],
+        [b'{"content":"a"', b"}", b'{"x":1}{"y":2}'],
+    ],
+)
+def test_bodies_that_pair_up_wrong_in_one_stream_decode_nothing(bodies: list[bytes]) -> None:
+    """A batch whose bodies decode, joined, into as many objects as there are events, but not
+    one per body (a hand-built body with none, half of one or two): no event gets another's
+    message; each raises on first use as it does alone."""
+    good = _lazy(b'{"content":"x"}', 1)
+    bad = [_lazy(body, i + 2) for i, body in enumerate(bodies)]
+    decode_messages([good, *bad])
+    assert not any("message" in e.__dict__ for e in bad)
+    for event in bad:
+        with pytest.raises(InvalidEventError, match=f"seq {event.seq} is not a JSON object"):
+            event.message  # noqa: B018
+    assert good.message == {"content": "x"}
+
+
+def test_a_body_with_a_raw_newline_between_its_tokens_decodes_as_alone() -> None:
+    """A line may carry JSON whitespace (a newline too) inside its body: such a body is one
+    object, and the batch gives each event its own."""
+    bodies = [b'{"content":"x"}', b'{"content":\n"y",\r\n"n":[1,\n2]}', b'{"content":"z"}\n ']
+    events = [_lazy(body, i + 1) for i, body in enumerate(bodies)]
+    decode_messages(events)
+    assert [e.message for e in events] == [_lazy(b).message for b in bodies]
+    assert [e.message["content"] for e in events] == ["x", "y", "z"]
