@@ -552,6 +552,35 @@ def test_appends_arriving_during_a_commit_share_the_next_one(
     assert loaded.state == w.state
 
 
+def test_a_failed_group_restores_each_scalar_of_the_state_to_its_own_field(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """The undo of a group that wrote nothing puts back seq, head, updated_at and the three
+    token and message counts, each from its own field: they all differ here (a trim made the
+    live tokens fewer than the total), so a value put back into another field shows."""
+    pg = make_pg(pool_size=1)
+    w = pg.session("undo:1")
+    for i in range(4):
+        w.append_message("user", "x" * (40 * (i + 1)))
+    w.trim(2, "truncate")
+    w.append_message("assistant", "after")
+    conn = pg._getconn()
+    conn.execute("SET lock_timeout = '200ms'")  # the pool's only connection keeps it
+    pg._putconn(conn)
+    before = w.state.copy()
+    scalars = (
+        before.live_tokens,
+        before.total_tokens,
+        before.total_messages,
+        before.seq,
+    )
+    assert len(set(scalars)) == len(scalars)
+    with _row_locked(dsn, pg.schema, "undo:1"), pytest.raises(StorageError):
+        w.append_message("user", "y" * 400)
+    assert w.state == before
+    assert w.append_message("user", "z") == before.seq + 1
+
+
 def test_many_threads_on_one_writer_and_another_store_never_leave_a_gap(
     make_pg: StoreFactory,
 ) -> None:
