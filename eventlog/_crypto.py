@@ -444,6 +444,10 @@ class SessionSeal:
             ) from exc
         if not envelope.sealed:
             message: dict[str, Any] = _decode_json(body)
+            if SEALED in message:  # an envelope whose seal is empty: no message to give back
+                raise KeyUnavailableError(
+                    f"session {self.key!r} seq {event.seq}", "its body is not a sealed message"
+                )
             return message
         opened: dict[str, Any] = _decode_json(
             self._open(event.seq, b"%s%d|message" % (self._aad_prefix, event.seq), envelope.sealed)

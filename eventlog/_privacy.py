@@ -342,9 +342,9 @@ class Privacy:
         """
         if self.keyring is None:
             raise InvalidEventError("rotate_master_key needs an encrypted store (key_provider=)")
-        count = self.keyring.rotate(retire=retire)
-        self._seals.clear()
-        return count
+        # The seals stay: rotation rewraps the records, their trees are the same, and a state
+        # loaded before must keep the seal that a later erase or redact here updates.
+        return self.keyring.rotate(retire=retire)
 
     def is_message(self, key: str, state: SessionState, seq: int) -> bool:
         if seq > state.seq:

@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from privacy_support import SECRETS, encrypted_store, files_containing
 
 from sessionledger import projections
-from sessionledger.eventlog import WITHHELD, FileStore, LocalKeyFile, _crypto
+from sessionledger.eventlog import WITHHELD, FileStore, KeyUnavailableError, LocalKeyFile, _crypto
 from sessionledger.eventlog._crypto import WINDOW, SessionSeal, WindowOpener
 from sessionledger.eventlog._indexsnap import WINDOW_MARK, decode_meta, is_index_snapshot
 from sessionledger.eventlog._keytree import DEPTH, KeyTree, child_seed
@@ -328,3 +329,40 @@ def test_a_writer_seals_its_own_messages_into_the_window_without_opening_them(
     s.close()  # writes the snapshot and its window from what the writer holds
     assert opened == [] and decrypted == []
     assert _window_opens(_reopen(tmp_path), store.snapshot_path(KEY).read_bytes())
+
+
+def test_a_state_loaded_before_a_rotation_opens_nothing_redacted_after_it(tmp_path: Path) -> None:
+    """Rotation rewraps the key records; the trees in them are the same. A state this store
+    loaded before it must still see a later redaction by this store (the window it opened
+    and the message's own key): the rotation must not leave it with a seal no one updates."""
+    store = _write(tmp_path)
+    state = store.load(KEY).state
+    assert isinstance(state.messages[-1].__dict__.get("_open"), WindowOpener)
+    assert state.messages[-1].message["content"] == _text(39)  # its window is open
+    store.rotate_master_key()
+    target = state.messages[-3]
+    store.redact(KEY, target.seq)
+    assert _text(37) not in [m["content"] for m in projections.history(state)]
+    assert target.message[WITHHELD] == "redacted"
+
+
+@pytest.mark.parametrize("via", ["seal", "window"])
+def test_a_sealed_message_whose_body_keeps_an_empty_seal_does_not_read_back_as_it(
+    tmp_path: Path, via: str
+) -> None:
+    """A crafted line ``{"role":"user","$sealed":""}`` in a sealed session whose key is
+    missing (not destroyed on purpose) is no message: opening it raises the library's error
+    instead of returning the envelope as the message."""
+    store = _write(tmp_path)
+    loaded = store.load(KEY).state.messages[-1]
+    body = msgspec.Raw(b'{"role":"user","$sealed":""}')
+    crafted = msgspec.structs.replace(loaded, body=body, h="another line")
+    window = loaded.__dict__["_open"]
+    assert isinstance(window, WindowOpener)
+    seal = window.seal
+    # The leaf is missing from the tree, and no erasure or redaction says why.
+    seal.tree = KeyTree(list(seal.tree.punctured(crafted.seq, crafted.seq).nodes))
+    assert seal.tree.leaf(crafted.seq) is None and seal.destroyed(crafted.seq) is None
+    opener = seal.open_message if via == "seal" else window
+    with pytest.raises(KeyUnavailableError, match="not a sealed message"):
+        opener(crafted)
