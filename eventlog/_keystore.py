@@ -279,18 +279,55 @@ class LocalKeyFile:
             self._save([*self._keys, fresh])
 
     def retire(self) -> None:
-        """Keep only the current master key."""
+        """Keep only the current master key (and remove what a process killed while it
+        replaced the file left beside it: such a temporary holds the keys retired here)."""
         with self._lock:
             self._stamp = None
             self._load()
             if len(self._keys) > 1:
                 self._save(self._keys[-1:])
+            _remove_dead_temporaries(self.path)
 
     def key_ids(self) -> list[str]:
         """The ids of the master keys held, oldest first (the last is current)."""
         with self._lock:
             self._load()
             return [i.hex() for i, _ in self._keys]
+
+
+def _remove_dead_temporaries(path: Path) -> None:
+    """Remove the temporaries of ``path`` (``.<name>.<pid>.<random>.tmp``, see
+    ``write_temp_beside``) whose writing process is gone: one killed between writing its
+    temporary and renaming it. A live process's (its replace may be in flight) is left."""
+    prefix = f".{path.name}."
+    removed = False
+    try:
+        entries = list(os.scandir(path.parent))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        pid = name[len(prefix) :].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+            removed = True
+    if removed:
+        fsync_dir(str(path.parent))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @runtime_checkable

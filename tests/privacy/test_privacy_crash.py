@@ -181,3 +181,22 @@ def test_key_store_lock_keeps_concurrent_destructions(tmp_path: Path) -> None:
     tree = keyring.tree(sid)
     assert [s for s in range(1, 40) if tree.leaf(s) is not None] == []  # none came back
     assert tree.leaf(40) is not None
+
+
+@pytest.mark.slow
+def test_a_crash_while_adding_the_new_master_key_leaves_no_copy_of_the_retired_one(
+    tmp_path: Path,
+) -> None:
+    """kill -9 after the key file's temporary (old and new master keys) is written and before
+    its rename: the rotation run again retires the old key, and no file beside the key file
+    (the dead process's temporary included) still holds it."""
+    _setup(tmp_path)
+    path = tmp_path / "master.key"
+    old = json.loads(path.read_bytes())["keys"][0]["key"].encode()
+    assert _crash(tmp_path, "rotate", "rename", 1)
+    assert any(old in p.read_bytes() for p in tmp_path.glob(".master.key.*.tmp"))
+    FileStore(tmp_path / "s", key_provider=LocalKeyFile(path)).rotate_master_key()
+    assert len(LocalKeyFile(path).key_ids()) == 1
+    holding = [p.name for p in tmp_path.iterdir() if p.is_file() and old in p.read_bytes()]
+    assert holding == []
+    _check_after(tmp_path, "rotate")
