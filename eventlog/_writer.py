@@ -127,8 +127,7 @@ class SessionLog(LogBase):
         with self.lock:
             if self.closed:
                 self.check_open()
-            if self.seal is not None:  # an encrypted store seals the line: the general path
-                return self.submit(message_draft(msg, body, tokens), None, None)
+            seal = self.seal  # an encrypted store's sealing layer (see ``stage``)
             with self.io.transaction(self.state):
                 state, commit = self.state, self.commit
                 if state.seq < commit.written:  # the log was cut back and reloaded
@@ -142,14 +141,23 @@ class SessionLog(LogBase):
                     body=body,
                     tokens=tokens,
                 )
+                if seal is None:
+                    written = event
+                else:  # it seals from the message (as ``message_draft``'s event carries it)
+                    event.__dict__["message"] = msg
+                    written = seal(event)
                 try:
-                    line, h = encode_line(event, state.head, self.hash_key)
+                    line, h = encode_line(written, state.head, self.hash_key)
                 except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
                     describe = message_draft(msg, body, tokens).describe
                     why = describe() if describe is not None else str(exc)
                     raise InvalidEventError(f"session {self.key!r}: {why}") from exc
-                event = msgspec.structs.replace(event, h=h)
-                event.__dict__["message"] = msg
+                if seal is None:
+                    event = msgspec.structs.replace(event, h=h)
+                    event.__dict__["message"] = msg
+                else:  # the sealed event, keeping its plaintext and opener (as ``stage`` does)
+                    assert isinstance(written, MessageAppended)
+                    event = written.with_hash(h)
                 seq = self._write_line(event, line)
             if self.settle is not None:
                 self.settle(self.state)

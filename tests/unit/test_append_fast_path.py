@@ -158,3 +158,43 @@ def test_only_writers_whose_appends_reach_the_log_take_it() -> None:
     assert plain.append_message_dict({"role": "user", "content": "c"}) == 3
     assert len(routed) == 2
     assert [m["content"] for m in store.load("k").state.message_dicts] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("durability", ["always", "none"])
+def test_a_sealed_store_takes_the_fast_path_and_seals_every_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """An encrypted store's plain appends skip the draft too: each line is sealed (no
+    plaintext in the file), the writer keeps the plaintext it sealed (no decryption to read
+    it back), and a new store object with the key opens the same messages."""
+    pytest.importorskip("cryptography")
+    from sessionledger.eventlog import LocalKeyFile
+
+    calls: list[int] = []
+    real_submit = SessionLog.submit
+
+    def counting(self: SessionLog, draft: Draft, *args: Any) -> int:
+        calls.append(1)
+        return real_submit(self, draft, *args)
+
+    monkeypatch.setattr(SessionLog, "submit", counting)
+
+    def sealed() -> FileStore:
+        keys = LocalKeyFile(tmp_path / "keys" / "master.key")
+        return FileStore(tmp_path / "s", key_provider=keys, durability=durability)
+
+    store = sealed()
+    w = store.session("k")
+    calls.clear()
+    assert [w.append_message_dict(dict(m)) for m in MESSAGES] == [1, 2, 3, 4]
+    assert calls == []
+    assert all("_plain" in m.__dict__ for m in w.state.messages)
+    assert w.state.message_dicts == MESSAGES
+    w.close()
+    raw = store.read_bytes("k")
+    assert b"plain" not in raw and b"tool_call_id" not in raw and b"xxxxxxxx" not in raw
+    store.close()
+    again = sealed()
+    assert again.load("k").state.message_dicts == MESSAGES
+    assert replay.verify(again).ok
+    again.close()
