@@ -141,6 +141,7 @@ class SessionLog(LogBase):
                     body=body,
                     tokens=tokens,
                 )
+                written: KnownEvent
                 if seal is None:
                     written = event
                 else:  # it seals from the message (as ``message_draft``'s event carries it)
