@@ -47,6 +47,7 @@ from ._events import (
     MetadataChanged,
     Redacted,
 )
+from ._fold import EndedConversation
 from ._jsonbytes import encode_json
 from ._keystore import KeyProvider, KeyStore, _aead, check_session_id
 from ._keytree import SEED_LEN, KeyTree
@@ -486,7 +487,9 @@ class SessionSeal:
         Message bodies in a snapshot are the log's (already sealed; an index snapshot holds
         none); what the fold made plaintext is sealed here: header and state metadata values,
         the compaction summary, ended conversations' titles and previews. Erasing the
-        snapshot's seq destroys its key, so the snapshot no longer opens.
+        snapshot's seq destroys its key, so the snapshot no longer opens. Each preview message
+        of an ended conversation is sealed under its own message's key (``_seal_ended``), so
+        redacting that message leaves it readable in no snapshot.
         """
         seq = snapshot.seq
         header = msgspec.structs.replace(
@@ -499,20 +502,7 @@ class SessionSeal:
         if compaction is not None and compaction.summary:
             sealed = self.seal_bytes(seq, "s:summary", compaction.summary.encode())
             state.compaction = msgspec.structs.replace(compaction, summary=_SUMMARY_MARK + sealed)
-        state.ended = [
-            msgspec.structs.replace(
-                e,
-                title="",
-                preview=[
-                    {
-                        SEALED: self.seal_bytes(
-                            seq, f"s:e:{i}", encode_json({"title": e.title, "preview": e.preview})
-                        )
-                    }
-                ],
-            )
-            for i, e in enumerate(state.ended)
-        ]
+        state.ended = [self._seal_ended(seq, i, e) for i, e in enumerate(state.ended)]
         return msgspec.structs.replace(snapshot, header=header, state=state)
 
     def open_snapshot(self, snapshot: Anchored) -> bool:
@@ -534,15 +524,62 @@ class SessionSeal:
                 state.compaction = msgspec.structs.replace(compaction, summary=text.decode())
             ended = []
             for i, e in enumerate(state.ended):
-                sealed = e.preview[0].get(SEALED) if len(e.preview) == 1 else None
-                if isinstance(sealed, str):
-                    inner = _decode_json(self.open_bytes(seq, f"s:e:{i}", sealed))
-                    e = msgspec.structs.replace(e, title=inner["title"], preview=inner["preview"])
-                ended.append(e)
+                opened = self._open_ended(seq, i, e)
+                if opened is None:
+                    return False
+                ended.append(opened)
             state.ended = ended
         except KeyUnavailableError:
             return False
         return True
+
+    def _seal_ended(self, seq: int, i: int, ended: EndedConversation) -> EndedConversation:
+        """Ended conversation ``i`` of the snapshot at ``seq``, sealed: its title under the
+        snapshot seq's key (field ``s:e:<i>``, holding ``{"title", "preview": []}``), then each
+        preview message under the key of its own seq (field ``s:e:<seq>:<i>:<j>``), which a
+        redaction of that message destroys. A preview without its seqs (or with a message
+        whose key is gone) is left out: nothing is sealed under a key its erasure spares."""
+        preview, seqs = ended.preview, ended.preview_seqs
+        if len(seqs) != len(preview) or any(self.destroyed(p) for p in seqs):
+            preview, seqs = [], []
+        inner = encode_json({"title": ended.title, "preview": []})
+        return msgspec.structs.replace(
+            ended,
+            title="",
+            preview=[
+                {SEALED: self.seal_bytes(seq, f"s:e:{i}", inner)},
+                *(
+                    {SEALED: self.seal_bytes(p, f"s:e:{seq}:{i}:{j}", encode_json(message))}
+                    for j, (p, message) in enumerate(zip(seqs, preview, strict=True))
+                ),
+            ],
+            preview_seqs=seqs,
+        )
+
+    def _open_ended(self, seq: int, i: int, ended: EndedConversation) -> EndedConversation | None:
+        """``_seal_ended`` undone; a preview message whose key was destroyed (it was redacted)
+        takes the whole preview with it, as the fold's ``redacted`` does. None: a snapshot of
+        the layout before ``preview_seqs`` holding a preview (it is read from the log instead;
+        its preview messages are not known). Raises :class:`KeyUnavailableError` when a key
+        that exists does not open its field (wrong key)."""
+        texts = [t for t in (p.get(SEALED) for p in ended.preview) if isinstance(t, str)]
+        if not texts or len(texts) != len(ended.preview):
+            return ended  # sealed by no one (not a sealed entry)
+        seqs = ended.preview_seqs
+        if len(texts) != 1 + len(seqs):
+            raise KeyUnavailableError(f"session {self.key!r} seq {seq}", "damaged snapshot")
+        inner = _decode_json(self.open_bytes(seq, f"s:e:{i}", texts[0]))
+        if inner["preview"]:
+            return None
+        preview: list[dict[str, Any]] = []
+        for j, (p, text) in enumerate(zip(seqs, texts[1:], strict=True)):
+            if self.destroyed(p) is not None or self.tree.leaf(p) is None:
+                preview, seqs = [], []
+                break
+            preview.append(_decode_json(self.open_bytes(p, f"s:e:{seq}:{i}:{j}", text)))
+        return msgspec.structs.replace(
+            ended, title=inner["title"], preview=preview, preview_seqs=seqs
+        )
 
     # -- the window of an index snapshot ------------------------------------------------------
 

@@ -21,7 +21,8 @@ Rules (the seeds' semantics):
   metadata, the compaction summary and the titles and previews of ended conversations: the
   keys of everything before it were destroyed.
 - ``redacted`` leaves the live message at its ``target`` seq as a placeholder, and drops the
-  preview of the ended conversation that held it.
+  preview of an ended conversation when the message was one of its preview's messages (or, for
+  one recorded without their seqs, when the conversation held it).
 - Unknown event types from a newer writer only advance seq, time and head.
 Every event advances ``seq``, ``updated_at``, ``head`` and records its id.
 
@@ -59,7 +60,7 @@ from ._events import (
 from ._idindex import IdIndex
 from ._msgindex import MessageList
 from ._portable import portable
-from ._preview import preview_candidates
+from ._preview import preview_candidates_with_seqs
 
 
 @portable("tokens_saved")
@@ -136,6 +137,9 @@ class EndedConversation(msgspec.Struct, kw_only=True):
     title: str = ""
     tokens: int = 0
     preview: list[dict[str, Any]] = []
+    #: The seq of each ``preview`` message, in the same order (empty when recorded by a
+    #: version from before this field: then it is not known which messages they were).
+    preview_seqs: list[int] = []
     #: The ``start_seq`` of the conversation it resumed, if it was a resumed one.
     resumed_from: int | None = None
 
@@ -295,6 +299,7 @@ def apply(state: SessionState, event: Event) -> SessionState:
         case Cleared():
             if event.reason is not None:
                 title = state.metadata.get("title")
+                preview, preview_seqs = preview_candidates_with_seqs(state.messages)
                 state.ended.append(
                     EndedConversation(
                         start_seq=state.conversation_start,
@@ -304,7 +309,8 @@ def apply(state: SessionState, event: Event) -> SessionState:
                         ended_at=event.ts,
                         title=title if isinstance(title, str) else "",
                         tokens=state.live_tokens,
-                        preview=preview_candidates(state.messages),
+                        preview=preview,
+                        preview_seqs=preview_seqs,
                         resumed_from=state.resumed_from,
                     )
                 )
@@ -332,13 +338,17 @@ def apply(state: SessionState, event: Event) -> SessionState:
             state.metadata.clear()
             if state.compaction is not None:
                 state.compaction = msgspec.structs.replace(state.compaction, summary="")
-            state.ended = [msgspec.structs.replace(e, title="", preview=[]) for e in state.ended]
+            state.ended = [
+                msgspec.structs.replace(e, title="", preview=[], preview_seqs=[])
+                for e in state.ended
+            ]
             state.erased_upto = event.seq
         case Redacted():
             _withhold(state, event.target)
-            target = event.target
             state.ended = [
-                msgspec.structs.replace(e, preview=[]) if e.start_seq < target <= e.end_seq else e
+                msgspec.structs.replace(e, preview=[], preview_seqs=[])
+                if _previews(e, event.target)
+                else e
                 for e in state.ended
             ]
         case UnknownEvent():
@@ -351,6 +361,14 @@ def apply(state: SessionState, event: Event) -> SessionState:
         state.head = event.h
     state.ids[event.id] = event.seq
     return state
+
+
+def _previews(ended: EndedConversation, target: int) -> bool:
+    """Whether redacting ``target`` takes away ``ended``'s preview: it is one of the preview's
+    messages (not known for one recorded without their seqs: any message it held)."""
+    if ended.preview_seqs:
+        return target in ended.preview_seqs
+    return bool(ended.preview) and ended.start_seq < target <= ended.end_seq
 
 
 def fold(

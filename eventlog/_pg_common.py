@@ -291,7 +291,10 @@ def catalog_values(state: SessionState, *, preview: bytes | None = None) -> Cata
         conversations=Conversations(
             start=state.conversation_start,
             resumed_from=state.resumed_from,
-            ended=[msgspec.structs.replace(e, title="", preview=[]) for e in state.ended]
+            ended=[
+                msgspec.structs.replace(e, title="", preview=[], preview_seqs=[])
+                for e in state.ended
+            ]
             if state.sealed
             else state.ended,
         ),

@@ -154,7 +154,15 @@ def preview_candidates(messages: Iterable[MessageAppended]) -> list[dict[str, An
     most :data:`PREVIEW_MESSAGES`, text cut to :data:`PREVIEW_CHARS`: ``session_preview`` of the
     result is the session's preview.
     """
+    return preview_candidates_with_seqs(messages)[0]
+
+
+def preview_candidates_with_seqs(
+    messages: Iterable[MessageAppended],
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """:func:`preview_candidates` and the seq of each candidate's message, in the same order."""
     candidates: list[dict[str, Any]] = []
+    seqs: list[int] = []
     preview, role = "", NO_PREVIEW
     for event in messages:
         message = event.message
@@ -162,7 +170,8 @@ def preview_candidates(messages: Iterable[MessageAppended]) -> list[dict[str, An
             continue
         cut = _cut(message)
         candidates.append(cut)
+        seqs.append(event.seq)
         preview, role = preview_step(cut, preview, role)
         if role == USER_PREVIEW or len(candidates) >= PREVIEW_MESSAGES:
             break
-    return candidates
+    return candidates, seqs

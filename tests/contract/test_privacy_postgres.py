@@ -126,6 +126,29 @@ def test_erase_redact_and_shared_writers(
         make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"))
 
 
+def test_an_ended_preview_follows_redactions_through_snapshots(
+    make_pg: StoreFactory, tmp_path: Path
+) -> None:
+    keys = FileKeyStore(tmp_path / "keys")
+    store = make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys)
+    s = store.session("e")
+    s.append_message("user", SECRETS[0])  # seq 1: the preview
+    s.append_message("assistant", SECRETS[3])  # seq 2: not a preview message
+    s.clear(reason="new")
+    s.append_message("user", "next")
+    s.close()
+    store.redact("e", 2)
+    assert store.write_snapshot("e").health == "valid"
+    other = make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys)
+    loaded = other.load("e")
+    assert loaded.snapshot_seq == loaded.state.seq  # from the sealed snapshot
+    assert loaded.state.ended[0].preview == [{"role": "user", "content": SECRETS[0]}]
+    assert loaded.state.ended[0].preview_seqs == [1]
+    store.redact("e", 1)
+    assert store.write_snapshot("e").health == "valid"
+    assert other.load("e").state.ended[0].preview == []
+
+
 @pytest.mark.anyio
 async def test_async_postgres_seals_and_erases(dsn: str, schema: str, tmp_path: Path) -> None:
     from sessionledger.eventlog import AsyncPostgresStore

@@ -368,14 +368,6 @@ def test_a_sealed_message_whose_body_keeps_an_empty_seal_does_not_read_back_as_i
         opener(crafted)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an ended conversation's title and preview are sealed under the snapshot's own seq "
-    "key, which redacting the previewed message does not destroy: a snapshot left behind "
-    "(kill -9 between destroying the keys and dropping it, as for the window) still opens "
-    "the redacted text with the master key. Fix: seal them under a key derived from the "
-    "nodes the conversation lies under, as the window is.",
-)
 def test_a_snapshot_left_behind_opens_no_redacted_preview_of_an_ended_conversation(
     tmp_path: Path,
 ) -> None:
