@@ -535,32 +535,42 @@ class SessionSeal:
 
     def _seal_ended(self, seq: int, i: int, ended: EndedConversation) -> EndedConversation:
         """Ended conversation ``i`` of the snapshot at ``seq``, sealed: its title under the
-        snapshot seq's key (field ``s:e:<i>``, holding ``{"title", "preview": []}``), then each
-        preview message under the key of its own seq (field ``s:e:<seq>:<i>:<j>``), which a
-        redaction of that message destroys. A preview without its seqs (or with a message
-        whose key is gone) is left out: nothing is sealed under a key its erasure spares."""
+        snapshot seq's key (field ``s:e:<i>``, holding ``{"title", "preview": [], "withheld"}``),
+        then each preview message under the key of its own seq (field ``s:e:<seq>:<i>:<j>``),
+        which a redaction of that message destroys. A message whose key was already destroyed
+        when the conversation ended (redacted before it) is the fold's placeholder (its role,
+        content null): that is sealed under the snapshot seq's key and its seq listed in
+        ``withheld``. A preview without its seqs is left out: nothing is sealed under a key
+        its erasure spares."""
         preview, seqs = ended.preview, ended.preview_seqs
-        if len(seqs) != len(preview) or any(self.destroyed(p) for p in seqs):
+        if len(seqs) != len(preview) or any(self.destroyed(p) == "erased" for p in seqs):
             preview, seqs = [], []
-        inner = encode_json({"title": ended.title, "preview": []})
+        withheld = [p for p in seqs if self.destroyed(p) is not None]
+        inner = encode_json({"title": ended.title, "preview": [], "withheld": withheld})
+
+        def one(j: int, p: int, message: dict[str, Any]) -> dict[str, Any]:
+            if p in withheld:  # never its content: only what the log's fold leaves of it
+                placeholder = {"role": message.get("role"), "content": None}
+                field = f"s:e:{seq}:{i}:{j}:withheld"
+                return {SEALED: self.seal_bytes(seq, field, encode_json(placeholder))}
+            return {SEALED: self.seal_bytes(p, f"s:e:{seq}:{i}:{j}", encode_json(message))}
+
         return msgspec.structs.replace(
             ended,
             title="",
             preview=[
                 {SEALED: self.seal_bytes(seq, f"s:e:{i}", inner)},
-                *(
-                    {SEALED: self.seal_bytes(p, f"s:e:{seq}:{i}:{j}", encode_json(message))}
-                    for j, (p, message) in enumerate(zip(seqs, preview, strict=True))
-                ),
+                *(one(j, p, m) for j, (p, m) in enumerate(zip(seqs, preview, strict=True))),
             ],
             preview_seqs=seqs,
         )
 
     def _open_ended(self, seq: int, i: int, ended: EndedConversation) -> EndedConversation | None:
-        """``_seal_ended`` undone; a preview message whose key was destroyed (it was redacted)
-        takes the whole preview with it, as the fold's ``redacted`` does. None: a snapshot of
-        the layout before ``preview_seqs`` holding a preview (it is read from the log instead;
-        its preview messages are not known). Raises :class:`KeyUnavailableError` when a key
+        """``_seal_ended`` undone; a preview message whose key was destroyed after the snapshot
+        was written (it was redacted) takes the whole preview with it, as the fold's
+        ``redacted`` does; one already destroyed when it was written is its placeholder. None:
+        a snapshot of the layout before ``preview_seqs`` holding a preview (it is read from the
+        log instead; its preview messages are not known). Raises :class:`KeyUnavailableError` when a key
         that exists does not open its field (wrong key)."""
         texts = [t for t in (p.get(SEALED) for p in ended.preview) if isinstance(t, str)]
         if not texts or len(texts) != len(ended.preview):
@@ -571,8 +581,13 @@ class SessionSeal:
         inner = _decode_json(self.open_bytes(seq, f"s:e:{i}", texts[0]))
         if inner["preview"]:
             return None
+        withheld = inner.get("withheld", [])
         preview: list[dict[str, Any]] = []
         for j, (p, text) in enumerate(zip(seqs, texts[1:], strict=True)):
+            if p in withheld:  # redacted before the end: its placeholder
+                field = f"s:e:{seq}:{i}:{j}:withheld"
+                preview.append(_decode_json(self.open_bytes(seq, field, text)))
+                continue
             if self.destroyed(p) is not None or self.tree.leaf(p) is None:
                 preview, seqs = [], []
                 break

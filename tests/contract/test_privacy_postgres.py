@@ -149,6 +149,37 @@ def test_an_ended_preview_follows_redactions_through_snapshots(
     assert other.load("e").state.ended[0].preview == []
 
 
+def test_an_ended_preview_redacted_before_the_end_reads_the_same_from_a_snapshot(
+    make_pg: StoreFactory, tmp_path: Path
+) -> None:
+    """A preview message redacted before its conversation ended is a placeholder in the
+    preview the log gives; the sealed snapshot gives the same (it dropped the whole preview)."""
+    keys = FileKeyStore(tmp_path / "keys")
+    store = make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys)
+    s = store.session("e")
+    s.append_message("user", SECRETS[0])  # seq 1: redacted before the end
+    s.append_message("assistant", "a reply")
+    s.append_message("user", "a later question")
+    s.close()
+    store.redact("e", 1)
+    s = store.session("e")
+    s.clear(reason="new")
+    s.append_message("user", "next")
+    s.close()
+    other = make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys)
+    from_log = other.load("e")
+    assert from_log.snapshot_seq < from_log.state.seq  # no snapshot yet: from the log
+    rows = projections.list_conversations(other, "e")
+    assert [r.preview for r in rows if not r.current] == ["a later question"]
+    assert store.write_snapshot("e").health == "valid"
+    third = make_pg(key_provider=LocalKeyFile(tmp_path / "m.key"), key_store=keys)
+    loaded = third.load("e")
+    assert loaded.snapshot_seq == loaded.state.seq  # from the sealed snapshot
+    assert loaded.state.ended == from_log.state.ended
+    rows = projections.list_conversations(third, "e")
+    assert [r.preview for r in rows if not r.current] == ["a later question"]
+
+
 @pytest.mark.anyio
 async def test_async_postgres_seals_and_erases(dsn: str, schema: str, tmp_path: Path) -> None:
     from sessionledger.eventlog import AsyncPostgresStore
