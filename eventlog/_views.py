@@ -171,6 +171,11 @@ class SnapshotViews:
         if isinstance(taken, SnapshotStatus):
             return taken
         header, state, anchor = taken.header, taken.state, taken.anchor
+        if 0 < anchor.seq <= state.erased_upto:
+            # Erased up to its last event: the key its sealed state would be sealed under is
+            # destroyed, and the log alone is all there is to read. No snapshot, said why.
+            self._backend.put_snapshot(key, None)
+            return SnapshotStatus(key, "missing", reason="the session is erased (nothing to seal)")
 
         def encode() -> bytes:
             snapshot = self._store._privacy.seal_snapshot(key, make_snapshot(header, state, anchor))
