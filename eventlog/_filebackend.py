@@ -290,7 +290,8 @@ class FileBackend(Backend):
             # (Marked as a waiter, so that the lease ends at its reaper's next look.)
             # Mark and lock are undone before the close: a child forked meanwhile by another
             # thread shares this open file description, and would keep both while it lives.
-            LEASES.end_all()
+            st = os.fstat(fd)
+            LEASES.end_all((st.st_dev, st.st_ino))
             marked = mark_waiting(fd)
             got = False
             try:

@@ -128,8 +128,9 @@ def lock_fd(
         return
     except BlockingIOError:
         pass
-    if LEASES.held:  # maybe a lease of this very process: end them, then try again
-        LEASES.end_all()
+    if LEASES.held:  # maybe a lease of this very process on this file: end it, try again
+        st = os.fstat(fd)
+        LEASES.end_all((st.st_dev, st.st_ino))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
@@ -390,6 +391,11 @@ class FileIO:
         self.lease_start = 0.0
         self._last_exit = -1e18
         self._cool_until = 0.0
+
+    @property
+    def ident(self) -> tuple[int, int]:
+        """The log file this descriptor is open on: (``st_dev``, ``st_ino``)."""
+        return self._ident
 
     # -- the pool ------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ Invariants (this module owns them; :class:`~eventlog._fileio.FileIO` and
   age or for a waiter its writer leases nothing for :data:`LEASE_COOL` (a waiter polling the
   lock gets its turn), nor while a waiter is marked. A writer of this process that has to wait
   for a lock, and a probe of a lock (``writer_lock_held``), first end this process's own
-  leases. A transaction that raised ends its lease.
+  leases on that file (same device and inode); its leases on other logs go on. A transaction that raised ends its lease.
 - Ending a lease happens under the pool's mutex with the eviction protocol (raise
   ``io.evicting``, then back off if the descriptor is pinned), so it never unlocks a
   descriptor in use, nor one closed and renumbered meanwhile.
@@ -181,12 +181,14 @@ class _Leases:
             finally:
                 self.cond.release()
 
-    def end_all(self) -> None:
-        """End every lease of this process now (a writer of ours is about to wait for a lock);
-        one in use ends when its transaction does."""
+    def end_all(self, ident: tuple[int, int] | None = None) -> None:
+        """End this process's leases now (a writer of ours is about to wait for a lock): those
+        on the file ``ident`` (``st_dev``, ``st_ino``) only, or every one without it; one in
+        use ends when its transaction does. A lease on another log holds no lock this waiter
+        needs, so it goes on."""
         with self.cond:
             self._forget_dropped()
-            ios = [io for io in self.held if io.leased]
+            ios = [io for io in self.held if io.leased and (ident is None or io.ident == ident)]
         for io in ios:
             _end(io, used=None)
 

@@ -160,6 +160,30 @@ def test_a_second_store_in_this_process_ends_the_lease_and_the_first_catches_up(
     second.close()
 
 
+def test_waiting_for_one_log_ends_only_this_process_s_lease_on_that_log(
+    tmp_path: Path, long_leases: None
+) -> None:
+    """A writer of this process that waits for one log's lock, or a probe of it, ends the
+    lease on that log; leases on other logs go on (they hold no lock the waiter needs)."""
+    store = FileStore(tmp_path, durability="none")
+    for key in (KEY, "web:bob", "web:carol"):
+        _burst_until_leased(store, key, key)
+    second = FileStore(tmp_path, durability="none", lock_timeout=0.5)
+    with second.session(KEY) as theirs:
+        theirs.append_message("user", "second")
+    assert not _leased(store, KEY)
+    assert _leased(store, "web:bob") and _leased(store, "web:carol")
+    assert not second.writer_lock_held("web:bob")  # our own lease is no other writer
+    assert not _leased(store, "web:bob")
+    assert _leased(store, "web:carol")
+    w = store.session(KEY)
+    seq = w.append_message("user", "first again")
+    lines = contents(store.read_bytes(KEY))
+    assert lines[-2:] == ["second", "first again"] and seq == len(lines)
+    second.close()
+    store.close()
+
+
 def test_a_probe_and_recover_in_this_process_do_not_see_our_lease_as_a_writer(
     tmp_path: Path, long_leases: None
 ) -> None:
