@@ -1292,6 +1292,64 @@ def test_one_thread_uses_the_stores_own_connection_and_no_pool(
     assert _pool_pid(pg) == pid
 
 
+def test_a_pooled_connection_given_back_is_lent_again_by_the_store_not_the_pool(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """Connections taken from the pool stay with the store once given back (the pool's
+    checkout and return were a fifth of eight writers' Python); an unusable one goes back to
+    the pool, and closing the store returns or closes every one."""
+    pg = make_pg(pool_size=3)
+    pg.session("lend:1").append_message("user", "m")
+    held = pg._getconn()  # the own connection
+    first = pg._getconn()  # from the pool
+    pg._putconn(first)
+    pool = pg._db._pool
+    taken: list[object] = []
+    real_getconn = pool.getconn
+
+    def counting_getconn(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return real_getconn(*args, **kwargs)
+
+    pool.getconn = counting_getconn  # type: ignore[method-assign]
+    for _ in range(5):
+        again = pg._getconn()
+        assert again is first  # lent from the store's idle connections
+        pg._putconn(again)
+    assert not taken
+    # An idle connection the server ended is dropped (back to the pool), another one lent.
+    _kill_backend(dsn, first)
+    _wait_until(lambda: _backend_gone(dsn, first.info.backend_pid), "the backend to end")
+    fresh = pg._getconn()
+    assert fresh is not first and fresh is not held and taken
+    assert fresh.execute("SELECT 1").fetchone() == (1,)
+    pg._putconn(fresh)
+    pg._putconn(held)
+    pg.close()
+    assert held.closed and fresh.closed  # the own one closed, the pooled one with the pool
+
+
+def test_a_connection_given_back_goes_to_a_thread_waiting_on_the_pool(
+    make_pg: StoreFactory,
+) -> None:
+    """Kept by the store, a connection given back must not pass over a thread already
+    waiting on the pool (it would wait for the pool's timeout, then fail)."""
+    pg = make_pg(pool_size=2)  # the own connection and one pooled
+    own = pg._getconn()
+    pooled = pg._getconn()
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(pg._getconn()))
+    waiter.start()
+    _wait_until(lambda: pg._db._waiting == 1, "a thread to wait on the pool")
+    started = time.monotonic()
+    pg._putconn(pooled)
+    waiter.join(timeout=8)
+    assert got == [pooled] and time.monotonic() - started < 3
+    pg._putconn(got[0])
+    pg._putconn(own)
+    assert _pool_pid(pg) == own.info.backend_pid  # both idle again, the newest first
+
+
 def test_the_own_connection_lent_out_at_close_is_closed_when_it_comes_back(
     make_pg: StoreFactory,
 ) -> None:
