@@ -66,12 +66,12 @@ class PgBackend(Backend):
         self._db = db
         self._make_io = make_io
         self._make_index = make_index
-        self._trash = _PgTrash(self, import_log)
-        self._catalog = _PgCatalog(self)
+        self._trash = _PgTrash(db, import_log)
+        self._catalog: _PgCatalog | None = None
 
     def describe(self, key: str) -> str:
         """The session and the database."""
-        return f"session {key!r} in {self._db.where}"
+        return _describe(self._db, key)
 
     def open_raw(
         self, key: str, create: bool, snap: Snapshot | IndexMeta | None = None
@@ -154,7 +154,10 @@ class PgBackend(Backend):
         return self._make_index(key)
 
     def catalog_source(self) -> _PgCatalog:
-        """The session rows as the generic catalog reads them."""
+        """The session rows as the generic catalog reads them (made on first use: it refers
+        back to this backend, a cycle a store that never reads it need not leave behind)."""
+        if self._catalog is None:
+            self._catalog = _PgCatalog(self)
         return self._catalog
 
 
@@ -196,11 +199,15 @@ class _PgCatalog(KeyScan):
             conn.execute(db.sql.put_catalog, (data,))
 
 
+def _describe(db: PgConnections, key: str) -> str:
+    return f"session {key!r} in {db.where}"
+
+
 class _PgTrash(TrashBin):
-    def __init__(self, backend: PgBackend, import_log: Callable[[str, bytes], str]) -> None:
+    # Holds the connections, not the backend (which holds it): no cycle to collect.
+    def __init__(self, db: PgConnections, import_log: Callable[[str, bytes], str]) -> None:
         super().__init__()
-        self._db = backend._db
-        self._describe = backend.describe
+        self._db = db
         self._import = import_log
 
     def put(self, key: str, entry_id: str, reason: str, when: datetime) -> str:
@@ -213,7 +220,7 @@ class _PgTrash(TrashBin):
             conn.execute(db.sql.unquarantine, (kb,))
             conn.execute(db.sql.delete_events, (kb,))
             conn.execute(db.sql.delete, (kb,))
-        return f"{self._describe(key)} (trash {entry_id})"
+        return f"{_describe(db, key)} (trash {entry_id})"
 
     def take_back(self, entry: TrashEntry) -> None:
         """Import the trashed log under its key, then drop the entry."""

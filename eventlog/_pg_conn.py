@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._errors import StoreClosedError
-from ._pg_common import PgTarget, translate
+from ._pg_common import PgTarget, close_connection, translate
 from ._pg_io import idle_ok
 from ._pg_schema import is_current, migrate, restore_marker, with_check
 
@@ -96,7 +96,10 @@ class PgConnections:
         self._idle_lock = threading.Lock()
         self._waiting = 0
         self._pool_size = max(1, pool_size)
-        self._pool = self._new_pool()
+        #: Made when first needed (a store used by one thread at a time never makes it: the
+        #: pool object alone cost a new store a tenth of its client time, and it and this
+        #: object referred to each other, left for the cyclic garbage collector).
+        self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self.pool_open = False
         self._pid = os.getpid()
         self._parents_pools: list[Any] = []
@@ -203,7 +206,7 @@ class PgConnections:
                 return
             self._parents_pools.append((self._pool, self._own, self._idle))
             self._idle, self._own = [], None
-            self._pool = self._new_pool()
+            self._pool = None
             self.pool_open = False
             self._pid = os.getpid()
 
@@ -262,13 +265,17 @@ class PgConnections:
 
     def _from_pool(self) -> Conn:
         try:
-            if not self.pool_open:
+            pool = self._pool
+            if pool is None or not self.pool_open:
                 with self._mutex:
+                    if self._pool is None:
+                        self._pool = self._new_pool()
+                    pool = self._pool
                     if not self.pool_open:
-                        self._pool.open()
+                        pool.open()
                         self.pool_open = True
             for _ in range(4):
-                conn = self._pool.getconn()
+                conn = pool.getconn()
                 if idle_ok(conn):
                     return conn
                 # The server ended this session while it sat in the pool: nothing was sent
@@ -276,7 +283,7 @@ class PgConnections:
                 with contextlib.suppress(Exception):
                     conn.close()
                 self.putconn(conn)
-            return self._pool.getconn()
+            return pool.getconn()
         except Exception as exc:
             raise translate(exc, self.where, "connect") from exc
 
@@ -304,11 +311,12 @@ class PgConnections:
         pool (which closes it when it is broken, or when the pool is closed)."""
         if conn is self._own:
             self._own = None
-            with contextlib.suppress(Exception):
-                conn.close()
+            close_connection(conn)
             return
-        with contextlib.suppress(Exception):
-            self._pool.putconn(conn)
+        pool = self._pool
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                pool.putconn(conn)
 
     @contextlib.contextmanager
     def connection(self, action: str) -> Iterator[Conn]:
@@ -355,5 +363,6 @@ class PgConnections:
             idle, self._idle = self._idle, []
         for conn in idle:
             self._drop(conn)
-        if self.pool_open:
-            self._pool.close(timeout=5.0)
+        pool = self._pool
+        if pool is not None and self.pool_open:
+            pool.close(timeout=5.0)
