@@ -156,7 +156,7 @@ def _render_listing(schema: str, where: list[str], order: str, limit: bool, offs
     return sql.SQL(query).format(s=sql.Identifier(schema)).as_bytes(None)
 
 
-#: Records already built, by (key, seq, head): the catalog columns are a function of the log up
+#: Records already built, by (key as bytes, seq, head): the catalog columns are a function of the log up
 #: to ``seq``, which ``head`` names (the chain), so a row listed again reuses its record (a page
 #: a viewer lists every few seconds decodes only the rows that changed). Bounded: cleared when
 #: full.
@@ -164,16 +164,21 @@ _RECORDS: dict[tuple[bytes, int, str], CatalogRecord] = {}
 _RECORDS_MAX: Final = 4096
 
 
-def catalog_record(row: Sequence[Any]) -> CatalogRecord:
-    """A :class:`CatalogRecord` from a row of :func:`catalog_query` (the one built before for
-    the same key, seq and head, if any)."""
-    ident = (bytes(row[0]), int(row[10]), str(row[11]))
-    record = _RECORDS.get(ident)
-    if record is None:
-        if len(_RECORDS) >= _RECORDS_MAX:
-            _RECORDS.clear()
-        record = _RECORDS[ident] = _catalog_record(row)
-    return record
+def catalog_records(rows: Sequence[Sequence[Any]]) -> list[CatalogRecord]:
+    """The :class:`CatalogRecord` of each row of :func:`catalog_query` fetched in binary (the
+    one built before for the same key, seq and head, if any)."""
+    known = _RECORDS
+    out: list[CatalogRecord] = []
+    for row in rows:
+        # key, seq and head as binary rows hold them: bytes, int, str (no conversions).
+        ident = (row[0], row[10], row[11])
+        record = known.get(ident)
+        if record is None:
+            if len(known) >= _RECORDS_MAX:
+                known.clear()
+            record = known[ident] = _catalog_record(row)
+        out.append(record)
+    return out
 
 
 def _catalog_record(row: Sequence[Any]) -> CatalogRecord:

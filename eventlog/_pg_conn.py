@@ -330,28 +330,13 @@ class PgConnections:
         finally:
             self.putconn(conn)
 
-    @contextlib.contextmanager
-    def reading(self, action: str, *, via_run: bool = False) -> Iterator[Conn]:
-        """A connection for one statement (autocommit: no BEGIN/COMMIT round trips).
+    def reading(self, action: str, *, via_run: bool = False) -> _Reading:
+        """A connection for one statement (autocommit: no BEGIN/COMMIT round trips), as a
+        context manager.
 
         ``via_run``: the block's first statement goes through ``run``, which then sends the
         schema check when it is still to be made in the same round trip (see the rules)."""
-        conn = self.getconn(check=not via_run)
-        pending = via_run and not self.checked
-        try:
-            if pending:
-                try:
-                    conn._sessionledger_check = self._checked_run  # type: ignore[attr-defined]
-                except AttributeError:  # a connection class that takes no attributes
-                    pending = False
-                    self.check(conn)
-            yield conn
-        except Exception as exc:
-            raise translate(exc, self.where, action) from exc
-        finally:
-            if pending:
-                conn._sessionledger_check = None  # type: ignore[attr-defined]
-            self.putconn(conn)
+        return _Reading(self, action, via_run)
 
     def close(self) -> None:
         """Close the own connection (when lent out: when it comes back) and the pool; in a
@@ -366,3 +351,42 @@ class PgConnections:
         pool = self._pool
         if pool is not None and self.pool_open:
             pool.close(timeout=5.0)
+
+
+class _Reading:
+    """The block of :meth:`PgConnections.reading`: the connection lent for it, given back at
+    its end; an error in it becomes the library's (``translate``). A class, not a generator:
+    every read (a listing, an open, a state) goes through it."""
+
+    __slots__ = ("_action", "_conn", "_db", "_pending", "_via_run")
+
+    def __init__(self, db: PgConnections, action: str, via_run: bool) -> None:
+        self._db = db
+        self._action = action
+        self._via_run = via_run
+
+    def __enter__(self) -> Conn:
+        db = self._db
+        conn = self._conn = db.getconn(check=not self._via_run)
+        pending = self._pending = self._via_run and not db.checked
+        if pending:
+            try:
+                conn._sessionledger_check = db._checked_run  # type: ignore[attr-defined]
+            except AttributeError:  # a connection class that takes no attributes
+                self._pending = False
+                try:
+                    db.check(conn)
+                except Exception as exc:
+                    db.putconn(conn)
+                    raise translate(exc, db.where, self._action) from exc
+        return conn
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        conn = self._conn
+        if self._pending:
+            conn._sessionledger_check = None  # type: ignore[attr-defined]
+        self._db.putconn(conn)
+        if isinstance(exc, Exception):
+            raise translate(exc, self._db.where, self._action) from exc

@@ -49,7 +49,7 @@ from ._pg_common import (
     Loaded,
     PgTarget,
     catalog_query,
-    catalog_record,
+    catalog_records,
     catalog_values,
     event_row,
     key_parts,
@@ -493,7 +493,7 @@ class PostgresStore(BaseStore):
         query, params = catalog_query(self.schema, filter)
         with self._reading("list", via_run=True) as conn:
             rows = run(conn, query, params, binary=True).fetchall()
-        return [catalog_record(row) for row in rows]
+        return catalog_records(rows)
 
     def ensure_schema(self) -> None:
         """Create or migrate the schema now (otherwise the store's first statement does, in

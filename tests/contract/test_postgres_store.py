@@ -1414,3 +1414,20 @@ def test_a_new_store_its_listing_and_close_leave_nothing_to_the_cyclic_collector
         assert [r() is None for r in refs] == [True] * len(refs)
     finally:
         gc.enable()
+
+
+def test_a_listed_row_is_reused_until_its_session_changes(make_pg: StoreFactory) -> None:
+    """A row listed again (same key, seq and head, by any store object of the process) is
+    the one built before; an append makes a new one."""
+    from sessionledger.projections import list_sessions
+
+    pg = make_pg()
+    w = pg.session("telegram:1")
+    w.append_message("user", "hello")
+    first = list_sessions(pg)
+    again = list_sessions(make_pg())
+    assert again[0] is first[0]
+    w.append_message("user", "more")
+    changed = list_sessions(pg)
+    assert changed[0] is not first[0]
+    assert (changed[0].seq, changed[0].messages) == (first[0].seq + 1, 2)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -309,35 +310,112 @@ def bench_pg_list(ctx: Context) -> list[Row]:
                 )
             )
         query, params = catalog_query(name, CatalogFilter(limit=20))
-
-        def fresh() -> float:
-            def once() -> None:
-                with PostgresStore(server, schema=name, pool_size=2) as s:
-                    list_sessions(s, limit=20)
-
-            return _timed(once)
-
-        def fresh_plain() -> float:
-            def once() -> None:
-                with psycopg.connect(server, autocommit=True) as conn:
-                    conn.execute(query, params, binary=True).fetchall()
-
-            return _timed(once)
-
-        mine, floor = both(medians(max(ctx.runs, 9), fresh, fresh_plain))
+        fresh = _fresh_listing(server, name, query, params, max(ctx.runs, 41))
         rows.append(
             Row(
                 "pg-list",
                 "a new store object, then list_sessions newest 20 (what a CLI run does; "
                 "target: 1.1x plain)",
                 "ms",
-                mine * 1e3,
-                floor * 1e3,
-                target=floor * 1.1e3,
-                nanobot_what="connect, the same SELECT, rows fetched",
+                fresh.wall[0] * 1e3,
+                fresh.wall[1] * 1e3,
+                target=fresh.wall[1] * 1.1e3,
+                nanobot_what="connect, the same SELECT, rows fetched, close",
+                note=fresh.note(),
                 rival=RIVAL,
             )
         )
         plain.close()
         store.close()
     return rows
+
+
+class _Fresh:
+    """Medians of a new store + listing + close beside plain psycopg's connect + SELECT +
+    close: wall clock, the client's CPU and the server backend's CPU (``(ours, plain)`` each,
+    seconds; server CPU None when the backend's ``/proc`` entry cannot be read)."""
+
+    def __init__(
+        self,
+        wall: tuple[float, float],
+        client: tuple[float, float],
+        server: tuple[float, float] | None,
+    ) -> None:
+        self.wall, self.client, self.server = wall, client, server
+
+    def note(self) -> str:
+        """The CPU figures, which load moves less than wall clock."""
+        text = f"client CPU {self.client[0] * 1e3:.2f} vs {self.client[1] * 1e3:.2f} ms"
+        if self.server is not None:
+            text += (
+                f", server backend CPU {self.server[0] * 1e3:.2f} vs {self.server[1] * 1e3:.2f} ms"
+            )
+        return text
+
+
+def _backend_cpu(pid: int) -> float | None:
+    """Seconds of CPU the server process ``pid`` has used (None: not on this machine)."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _fresh_listing(server: str, name: str, query: bytes, params: list[Any], runs: int) -> _Fresh:
+    """A new store object + ``list_sessions`` newest 20 + ``close()`` (what a CLI run does)
+    against plain psycopg's connect + the same ``SELECT`` + close, ``runs`` pairs, each pair's
+    order swapped from the last (whichever goes second follows the other's closing backend).
+    The server backend's CPU is read just before each side closes its connection."""
+    import psycopg
+
+    from sessionledger.eventlog import PostgresStore
+    from sessionledger.projections import list_sessions
+
+    def ours() -> tuple[float, float, float | None]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        store = PostgresStore(server, schema=name, pool_size=2)
+        assert len(list_sessions(store, limit=20)) == 20
+        c1, w1 = time.process_time(), time.perf_counter()
+        conn = store._db._own  # the store's one connection (a private name: the bench's only)
+        backend = None if conn is None else _backend_cpu(conn.pgconn.backend_pid)
+        del conn
+        w2, c2 = time.perf_counter(), time.process_time()
+        store.close()
+        del store
+        c3, w3 = time.process_time(), time.perf_counter()
+        return w1 - w0 + w3 - w2, c1 - c0 + c3 - c2, backend
+
+    def plain() -> tuple[float, float, float | None]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        conn = psycopg.connect(server, autocommit=True)
+        assert len(conn.execute(query, params, binary=True).fetchall()) == 20
+        c1, w1 = time.process_time(), time.perf_counter()
+        backend = _backend_cpu(conn.pgconn.backend_pid)
+        w2, c2 = time.perf_counter(), time.process_time()
+        conn.close()
+        del conn
+        c3, w3 = time.process_time(), time.perf_counter()
+        return w1 - w0 + w3 - w2, c1 - c0 + c3 - c2, backend
+
+    ours()
+    plain()
+    a: list[tuple[float, float, float | None]] = []
+    b: list[tuple[float, float, float | None]] = []
+    for i in range(runs):
+        if i % 2:
+            b.append(plain())
+            a.append(ours())
+        else:
+            a.append(ours())
+            b.append(plain())
+
+    def med(values: list[float | None]) -> float:
+        return statistics.median(v for v in values if v is not None)
+
+    have_server = all(x[2] is not None for x in a + b)
+    return _Fresh(
+        (med([x[0] for x in a]), med([x[0] for x in b])),
+        (med([x[1] for x in a]), med([x[1] for x in b])),
+        (med([x[2] for x in a]), med([x[2] for x in b])) if have_server else None,
+    )
