@@ -32,6 +32,9 @@ _decode_message = msgspec.json.Decoder(dict[str, Any]).decode
 #: Key of a placeholder message whose content was destroyed: its value is ``"erased"`` or
 #: ``"redacted"``. Readers (history, previews, exports) skip or mark such a message.
 WITHHELD: Final = "_withheld"
+#: Where a settling writer keeps, with a message event it wrote, that event's line (the bytes
+#: it hashed; see ``_indexsnap.extend_from_state``). Never copied to another event.
+HELD_LINE: Final = "_line"
 
 
 class _RoleOnly(msgspec.Struct):

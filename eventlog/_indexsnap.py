@@ -1,4 +1,4 @@
-"""Index snapshots (format 3): the folded state without its messages, and where they are.
+"""Index snapshots (format 4): the folded state without its messages, and where they are.
 
 An index snapshot is ``MAGIC || msgpack(IndexMeta) || digest`` (the digest as in format 2,
 keyed with the store's secret). Instead of the live messages' bytes it holds their *ranges* in
@@ -12,7 +12,12 @@ Invariants:
 - The anchor rules are format 2's (see :mod:`eventlog._snapshot`): used only when the log line
   ending at ``offset`` is event ``seq`` with hash ``head`` chaining from ``prev_head``.
 - Records are a function of the log: the N-th message event's record sits at ``N * 64``, the
-  event of seq S's id record at ``(S - 1) * 16``. Bringing a snapshot up to date writes only
+  event of seq S's id record at ``(S - 1) * 16``. A full block's span digest (see
+  :func:`~eventlog._msgindex.span_hasher`), in its last record, and the partial last block's,
+  in the snapshot (``tail_span``), are hashed only from bytes the chain vouched for when they
+  are written: lines decoded and checked, lines a writer holds found byte for byte equal to
+  its own encoding of them, and, where a partial block of an older snapshot is continued, its
+  bytes checked first against that snapshot's ``tail_span``. Bringing a snapshot up to date writes only
   the records of the lines after its anchor, and rewrites the digest of the last chunk.
 - Writing costs the lines after the previous snapshot (plus 16 bytes of digest per 1,024
   records), never the whole session: that is what lets a closing writer snapshot.
@@ -35,11 +40,12 @@ import msgspec
 
 from ._codec import SUFFIX_LEN, chain_hash, decode_log
 from ._errors import CorruptLogError
-from ._events import Event, Header, MessageAppended
+from ._events import HELD_LINE, Event, Header, MessageAppended
 from ._fileindex import IndexFiles, IndexName
 from ._fold import SessionState
 from ._idindex import ID_RECORD, IdIndex, id_digest, id_hasher
 from ._msgindex import (
+    BLOCK,
     FLAG_COMMAND,
     FLAG_DELIVERY,
     FLAG_MEDIA,
@@ -48,8 +54,10 @@ from ._msgindex import (
     RECORD,
     ROLES,
     MessageList,
+    fill_spans,
     merge_ranges,
     pack_record,
+    span_hasher,
 )
 from ._segments import SEGMENT_HEADER_START
 from ._snapshot import (
@@ -64,8 +72,10 @@ from ._snapshot import (
     unseal,
 )
 
-INDEX_VERSION: Final = 3
-INDEX_MAGIC: Final = b"SLSNAP3\n"
+#: 4: message records keep a span digest where format 3 kept the previous line's hash (a
+#: format-3 snapshot is not read: the next snapshot is rebuilt from the log).
+INDEX_VERSION: Final = 4
+INDEX_MAGIC: Final = b"SLSNAP4\n"
 CHUNK: Final = 1024
 
 
@@ -81,6 +91,9 @@ class IndexMeta(Anchored, kw_only=True):
     #: Message records written (the message events up to ``seq``), and their chunk digests.
     records: int = 0
     record_digests: bytes = b""
+    #: The span digest of the last block of records when it is partial (``records`` not a
+    #: multiple of 64): over the log from its first record's line to ``offset``; else empty.
+    tail_span: bytes = b""
     #: Id records (one per event: ``seq`` of them), and their chunk digests.
     id_digests: bytes = b""
     #: A sealed session's window (its newest messages, sealed as one; see
@@ -110,7 +123,7 @@ _WINDOW_TRAILER: Final = 4 + len(WINDOW_MARK)
 
 
 def is_index_snapshot(data: bytes) -> bool:
-    """Whether ``data`` is a format-3 snapshot (by its magic)."""
+    """Whether ``data`` is a format-4 snapshot (by its magic)."""
     return data.startswith(INDEX_MAGIC)
 
 
@@ -154,6 +167,8 @@ def decode_meta(data: bytes, session: str, key: bytes = b"") -> IndexMeta:
         raise SnapshotError("its message index digests do not match its record count")
     if len(meta.id_digests) != _chunks(meta.seq) * DIGEST_SIZE:
         raise SnapshotError("its id index digests do not match its seq")
+    if len(meta.tail_span) != (16 if meta.records % BLOCK else 0):
+        raise SnapshotError("its last block's span digest does not match its record count")
     if any(not 0 <= a < b <= meta.records for a, b in meta.ranges):
         raise SnapshotError("a message range is outside its records")
     if span[1] > span[0]:
@@ -229,6 +244,9 @@ class FileMessages:
     def __init__(self, files: IndexFiles, meta: IndexMeta, hash_key: bytes) -> None:
         self.where = files.where
         self.hash_key = hash_key
+        self.count = meta.records
+        self.tail_span = meta.tail_span
+        self.tail_end = meta.offset
         self._files = files
         self._meta = meta
         #: The snapshot the records are of.
@@ -421,6 +439,8 @@ def write_index(
     hash_key: bytes,
     seal: MetaSeal | None = None,
     links: Mapping[int, str] | None = None,
+    log: bytes = b"",
+    log_start: int = 0,
 ) -> bytes:
     """Write the records of ``events`` (whose lines are at ``spans``, absolute) and return the
     encoded snapshot of ``state`` at ``anchor``.
@@ -430,7 +450,9 @@ def write_index(
     ``base`` is the snapshot the events follow (None: they are the whole log). ``state`` is
     the fold of ``events`` onto it: its in-memory messages are among ``events``. ``seal``
     (a sealed session's) seals the snapshot's plaintext values before it is encoded, and
-    its message records carry no content flags (see :func:`pack_record`).
+    its message records carry no content flags (see :func:`pack_record`). ``log`` is the log
+    from byte ``log_start`` (absolute), decoded and chain-checked, holding every line of
+    ``events`` and the lines from ``base``'s anchor on (the span digests are hashed from it).
 
     Raises:
         SnapshotError: a record cannot hold a value (a token count past 32 bits).
@@ -444,7 +466,7 @@ def write_index(
         prev = links.get(event.seq - 1, prev)
         add(event, event.id, offset, length, prev, b"")
         prev = event.h
-    return _finish(files, header, state, anchor, base, new, hash_key, seal)
+    return _finish(files, header, state, anchor, base, new, hash_key, seal, log, log_start)
 
 
 class _NewRecords:
@@ -478,7 +500,7 @@ class _NewRecords:
             if isinstance(event, MessageAppended):
                 ordinal_of[event.seq] = records + len(msg_out)
                 try:
-                    msg_out.append(pack_record(event, offset, length, prev, h, sealed=sealed))
+                    msg_out.append(pack_record(event, offset, length, h, sealed=sealed))
                 except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
                     raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
             id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
@@ -522,7 +544,7 @@ class _NewRecords:
                     roles.get(role, 0) if isinstance(role, str) else 0,
                     flags,
                     h,
-                    prev,
+                    _NO_SPAN,
                 )
             except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
                 raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
@@ -543,7 +565,9 @@ def _finish(
     base: IndexMeta | None,
     new: _NewRecords,
     hash_key: bytes,
-    seal: MetaSeal | None = None,
+    seal: MetaSeal | None,
+    log: bytes,
+    log_start: int,
 ) -> bytes:
     records = new.records
     first_seq = base.seq + 1 if base is not None else 1
@@ -559,6 +583,15 @@ def _finish(
         ranges.append((ordinals[0], ordinals[-1] + 1))
     else:
         ranges += [(ordinal, ordinal + 1) for ordinal in ordinals]
+    carry = None
+    if records % BLOCK:
+        if base is None:
+            raise SnapshotError("records continue a block of no snapshot")
+        carry = _carry_block(files, base, hash_key)
+    try:
+        tail_span = fill_spans(msg_out, records, log, log_start, hash_key, carry, anchor.offset)
+    except ValueError as exc:
+        raise SnapshotError(f"the message records cannot be digested: {exc}") from None
     record_digests = _extend(
         files,
         "index",
@@ -576,11 +609,35 @@ def _finish(
     meta.ranges = merge_ranges(ranges)
     meta.records = records + len(msg_out)
     meta.record_digests = record_digests
+    meta.tail_span = tail_span
     meta.id_digests = id_digests
     return encode_meta(meta if seal is None else seal(meta, messages), hash_key)
 
 
 _MESSAGE_TAG: Final = b'{"type":"message",'
+_NO_SPAN: Final = bytes(16)
+_encode = msgspec.json.Encoder().encode
+
+
+def _carry_block(files: IndexFiles, base: IndexMeta, key: bytes) -> tuple[Any, int]:
+    """The span hasher of ``base``'s partial last block, over the log from that block's first
+    line to ``base``'s line end, the bytes checked against ``base.tail_span``; with that end.
+
+    Raises:
+        SnapshotError: the log changed under the records (or they are damaged).
+    """
+    first = base.records - base.records % BLOCK
+    chunks = _Chunks(files, "index", RECORD.size, base.records, base.record_digests)
+    chunks.key = key
+    block_off = int.from_bytes(chunks.read(first, 1)[8:16], "little")
+    data = files.read_log(block_off, base.offset - block_off)
+    hasher = span_hasher(key).copy()
+    hasher.update(data)
+    if len(data) != base.offset - block_off or hasher.digest()[:16] != base.tail_span:
+        raise SnapshotError("the log changed under the message records it extends")
+    return hasher, base.offset
+
+
 #: How a later segment's header line starts (an event's line never does).
 _HEADER_LINE: Final = SEGMENT_HEADER_START[1:]
 _decode_message = msgspec.json.Decoder(MessageAppended).decode
@@ -614,9 +671,11 @@ def extend_from_state(
     :func:`write_index` (a sealed session's); ``open_header`` opens the header read from the
     log's first line (without ``meta``), as the snapshot keeps it opened until it is sealed.
 
-    A line the writer holds is recognised by its hash field, which must be its event's hash
-    (a 128-bit value); its bytes are not hashed again here, since every read of a body
-    checks the line against the chain anyway.
+    A line the writer holds is recognised by its bytes: the writer keeps with each message
+    event it writes the line it hashed (see ``HELD_LINE``), and a line equal to it is vouched
+    for without hashing it against the chain again (an event kept without its line is
+    compared with the writer's own encoding of it, or else checked like any line). The span
+    digests hash the log's bytes, so a line changed since it was written is never vouched for.
     """
     if meta is None:
         header_end = tail.find(b"\n")
@@ -637,10 +696,16 @@ def extend_from_state(
     count = state.seq - first_seq + 1
     if count <= 0:
         return None
-    in_memory = {m.seq: m for m in state.messages.in_memory}
-    id_of = {seq: event_id for event_id, seq in state.ids.recent.items() if seq >= first_seq}
+    # The messages the writer holds, oldest first (seq rises along the list): walked beside
+    # the lines, the next one due at ``held_at``.
+    in_memory = state.messages.in_memory
+    held_at = 0
+    while held_at < len(in_memory) and in_memory[held_at].seq < first_seq:
+        held_at += 1
+    held_next = in_memory[held_at].seq if held_at < len(in_memory) else -1
+    id_of: dict[int, str] | None = None  # built when a line the writer does not hold needs it
     new = _NewRecords(records, sealed=seal is not None)
-    if meta is not None and any(seq < first_seq for seq in in_memory):
+    if meta is not None and held_at:
         # Another writer indexed lines this state holds (it opened from an older snapshot):
         # their records are in the file already; find the held messages' ordinals there.
         new.ordinal_of.update(_ordinals(files, meta, since, hash_key))
@@ -653,9 +718,29 @@ def extend_from_state(
     headers = 0
     seq = first_seq - 1
     at = tail.startswith
+    encode, replace = _encode, msgspec.structs.replace
     add = new.adder(hash_key)
     add_held = None if seal is not None else new.held_adder(hash_key)
     while seq < state.seq:
+        if seq + 1 == held_next:
+            # The usual case: the next line is one the writer wrote and holds, its bytes the
+            # ones it kept (then they are vouched for: it hashed them). Its newline ends it.
+            held = in_memory[held_at]
+            mine = held.__dict__.get(HELD_LINE)
+            if mine is not None and at(mine, pos):
+                seq = held_next
+                held_at += 1
+                held_next = in_memory[held_at].seq if held_at < len(in_memory) else -1
+                size = len(mine)
+                line_start = base_start + pos
+                raw = bytes.fromhex(held.h)
+                if add_held is None:  # sealed: its role is read from the envelope
+                    add(held, held.id, line_start, size, prev_raw, raw)
+                else:
+                    add_held(held, line_start, size, prev_raw, raw)
+                prev_prev, prev, prev_raw = prev, held.h, raw
+                pos += size
+                continue
         end = find(b"\n", pos)
         if end < 0:
             return None
@@ -670,9 +755,20 @@ def extend_from_state(
             pos = end + 1
             continue
         seq += 1
-        held = in_memory.get(seq)
-        if held is not None and at(held.h.encode(), end - 34):
-            # The usual case: a message line this writer holds (its hash covers its id).
+        if seq == held_next:
+            held = in_memory[held_at]
+            held_at += 1
+            held_next = in_memory[held_at].seq if held_at < len(in_memory) else -1
+            # A message line this writer holds without its bytes (or with others): its hash
+            # covers its id; its bytes must be the writer's own encoding of it, or else check
+            # against the chain like any line.
+            if not at(held.h.encode(), end - 34):
+                return None  # the writer holds another message at this seq
+            mine = encode(replace(held, h=""))
+            if not (end - SUFFIX_LEN - pos == len(mine) - 1 and at(mine[:-1], pos)) and (
+                chain_hash(prev, tail[pos : end - SUFFIX_LEN], hash_key) != held.h
+            ):
+                return None
             line_start = base_start + pos
             raw = bytes.fromhex(held.h)
             if add_held is None:  # sealed: its role is read from the envelope
@@ -682,8 +778,6 @@ def extend_from_state(
             prev_prev, prev, prev_raw = prev, held.h, raw
             pos = end + 1
             continue
-        if held is not None:  # the writer holds another message at this seq
-            return None
         event: Event | None = None
         line = tail[pos : end + 1]
         h = line[-35:-3].decode("ascii", "replace")
@@ -696,6 +790,9 @@ def extend_from_state(
                 return None
             if event.seq != seq or event.h != h:
                 return None
+        if id_of is None:
+            recent = state.ids.recent.items()
+            id_of = {s: event_id for event_id, s in recent if s >= first_seq}
         event_id = id_of.get(seq)
         if event_id is None:
             try:
@@ -717,7 +814,7 @@ def extend_from_state(
         offset=base_start + pos,
         line_no=line_no + count + headers,
     )
-    return _finish(files, header, state, anchor, meta, new, hash_key, seal)
+    return _finish(files, header, state, anchor, meta, new, hash_key, seal, tail, base_start)
 
 
 def _extend(

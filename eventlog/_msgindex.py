@@ -11,10 +11,14 @@ Invariants:
   ranges, in order, followed by the in-memory events; every operation the fold uses (append,
   drop from the front or the back, keep some indexes) preserves that.
 - A record is trusted only after its chunk's digest was checked (the source does it); a line
-  read by offset is used only when it ends in a newline, its hash field equals the record's,
-  it chains from the record's ``prev_h`` and its seq and tokens equal the record's. Anything
-  else raises :class:`CorruptLogError`: the log changed before the snapshot's line, which
-  ``verify`` reports; the index never serves bytes the chain does not vouch for.
+  read by offset is used only when the log bytes of its whole block hash to the block's *span
+  digest* (:func:`span_hasher`; hashed from bytes the chain vouched for when the records were
+  written), it ends in a newline and its seq and tokens equal the record's. A full block's
+  digest is in its last record; the last block, when partial, has its digest in the snapshot
+  (over its bytes up to the snapshot's line end, see ``IndexSource.tail_span``). Anything else raises :class:`CorruptLogError` naming the first
+  message whose line no longer checks (found line by line against the chain once a digest
+  failed): the log changed before the snapshot's line, which ``verify`` reports; the index
+  never serves bytes the chain did not vouch for.
 - At most :data:`CACHE_BLOCKS` blocks of decoded messages are kept (the window a reader
   touched); beyond that the list costs its ranges, not its messages.
 """
@@ -22,19 +26,26 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import hashlib
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Protocol, overload
 
 import msgspec
 
-from ._codec import SUFFIX_LEN, keyed_hasher
+from ._codec import SUFFIX_LEN, keyed_hasher, verify_chain
 from ._errors import CorruptLogError
 from ._events import MessageAppended
 
 #: One message record: seq, log offset, line length, tokens, role code, flags, the line's hash
-#: and the hash of the line before it (both raw 16 bytes); 64 bytes, little-endian.
+#: (raw 16 bytes) and, in the last record of each block of :data:`BLOCK`, the block's span
+#: digest (16 bytes, see :func:`span_hasher`; zeros in the other records); 64 bytes,
+#: little-endian.
 RECORD: Final = struct.Struct("<qqIiBB2x16s16s4x")
+#: Where a record keeps its span digest.
+_SPAN_AT: Final = 44
+_SPAN_END: Final = 60
+_NO_SPAN: Final = bytes(16)
 BLOCK: Final = 64
 CACHE_BLOCKS: Final = 32
 _HASH_OPEN: Final = b',"h":"'
@@ -46,6 +57,71 @@ FLAG_TOOL_CALLS: Final = 8
 FLAG_TOOL_RESULT: Final = 16
 
 _decode_message_line = msgspec.json.Decoder(MessageAppended).decode
+_SPAN_HASHERS: dict[bytes, Any] = {}
+
+
+def span_hasher(key: bytes) -> Any:
+    """A fresh hasher of span digests (copy it): SHA-256 keyed by a prefix, ``"sl-span4" ||
+    u8(len(key)) || key``. A block's span digest is its first 16 bytes over the log bytes
+    from the line of the block's first record (records ``k * BLOCK`` to ``k * BLOCK + BLOCK -
+    1``) to the end of its last record's line (a partial last block: to the end of the
+    snapshot's line), lines between messages included: one digest checks a block read."""
+    hasher = _SPAN_HASHERS.get(key)
+    if hasher is None:
+        hasher = hashlib.sha256(b"sl-span4" + bytes((len(key),)) + key)
+        if len(_SPAN_HASHERS) < 64:
+            _SPAN_HASHERS[key] = hasher
+    return hasher
+
+
+def fill_spans(
+    records: list[bytes],
+    first: int,
+    log: bytes,
+    log_start: int,
+    key: bytes,
+    carry: tuple[Any, int] | None,
+    log_end: int,
+) -> bytes:
+    """Write the span digests of the blocks ``records`` (packed, ordinals ``first`` on) end
+    into their last records, in place, from ``log`` (the log from byte ``log_start``: every
+    byte it gives them must be vouched for by the chain); return the span digest of the
+    partial block they leave (to ``log_end``, the snapshot's line end; empty: none).
+    ``carry`` is the hasher of the partial block ``first`` continues, with the offset its
+    bytes run to (None: ``first`` starts a block).
+
+    Raises:
+        ValueError: a line is outside ``log``, or a block is continued without ``carry``.
+    """
+    hasher, pos = carry if carry is not None else (None, 0)
+    fresh = span_hasher(key)
+    view = memoryview(log)
+    limit = log_start + len(log)
+    count = len(records)
+    i = 0
+    while i < count:
+        ordinal = first + i
+        if ordinal % BLOCK == 0:
+            hasher, pos = fresh.copy(), int.from_bytes(records[i][8:16], "little")
+        elif hasher is None:
+            raise ValueError("a block is continued without its hasher")
+        last = min(i + BLOCK - ordinal % BLOCK, count) - 1
+        if (first + last) % BLOCK != BLOCK - 1:
+            break  # the partial last block: hashed to ``log_end`` below
+        record = records[last]
+        end = int.from_bytes(record[8:16], "little") + int.from_bytes(record[16:20], "little")
+        if not log_start <= pos <= end <= limit:
+            raise ValueError(f"the line ending at byte {end} is outside the bytes given")
+        hasher.update(view[pos - log_start : end - log_start])
+        records[last] = record[:_SPAN_AT] + hasher.digest()[:16] + record[_SPAN_END:]
+        hasher = None
+        i = last + 1
+    if hasher is None:
+        return b""
+    if not log_start <= pos <= log_end <= limit:
+        raise ValueError(f"the snapshot's line end {log_end} is outside the bytes given")
+    hasher.update(view[pos - log_start : log_end - log_start])
+    return bytes(hasher.digest()[:16])
 
 
 def role_and_flags(message: dict[str, Any]) -> tuple[int, int]:
@@ -69,14 +145,13 @@ def pack_record(
     event: MessageAppended,
     offset: int,
     length: int,
-    prev_h: str | bytes,
     h: bytes = b"",
     *,
     sealed: bool = False,
 ) -> bytes:
     """The record of ``event`` whose line is ``length`` bytes at ``offset`` of the log;
-    ``prev_h`` is the previous line's hash (hex, or raw), ``h`` the event's (raw) when the
-    caller has it.
+    ``h`` is the event's hash (raw) when the caller has it. Its span digest is left empty
+    (:func:`fill_spans` writes it).
 
     A ``sealed`` message (an encrypted store's) gets its role code, an envelope field read
     without opening it, and no flags: the flags say what the content holds.
@@ -97,7 +172,7 @@ def pack_record(
         role,
         flags,
         h or bytes.fromhex(event.h),
-        prev_h if isinstance(prev_h, bytes) else bytes.fromhex(prev_h),
+        _NO_SPAN,
     )
 
 
@@ -119,6 +194,11 @@ class IndexSource(Protocol):
     #: Where the log lives, for error messages.
     where: str
     hash_key: bytes
+    #: Records there are, the partial last block's span digest (empty: the last block is
+    #: full) and the log offset it runs to.
+    count: int
+    tail_span: bytes
+    tail_end: int
     #: Attached to every message event read (an encrypted store's opener of sealed bodies,
     #: see ``MessageAppended.message``); None: bodies are plaintext.
     opener: Callable[[MessageAppended], dict[str, Any]] | None
@@ -534,7 +614,7 @@ class MessageList(Sequence[MessageAppended]):
         A block's cache entry is a list of :data:`BLOCK` slots, None where not read yet."""
         source = self._source
         assert source is not None
-        events = _read_lines(source, source.records(first, stop - first))
+        events = _read_lines(source, first, stop)
         cache = self._cache
         ordinal = first
         while ordinal < stop:
@@ -555,38 +635,42 @@ class MessageList(Sequence[MessageAppended]):
             ordinal = upto
 
 
-def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
-    """The message events of the records ``raw`` (consecutive), their lines read from the log
-    with one read and each checked against its record (see the module docstring)."""
-    start = int.from_bytes(raw[8:16], "little")
-    tail = len(raw) - RECORD.size
-    end = int.from_bytes(raw[tail + 8 : tail + 16], "little") + int.from_bytes(
-        raw[tail + 16 : tail + 20], "little"
-    )
+def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppended]:
+    """The message events of records ``first`` to ``stop``, their lines read from the log with
+    one read of the whole blocks they touch, each block checked with its span digest (see the
+    module docstring)."""
+    base = first - first % BLOCK
+    count = source.count
+    upto = min(stop - (stop - 1) % BLOCK - 1 + BLOCK, count)
+    recs = list(RECORD.iter_unpack(source.records(base, upto - base)))
+    start = recs[0][1]
+    last = recs[-1]
+    partial = upto % BLOCK != 0
+    end = source.tail_end if partial else last[1] + last[2]
     data = source.read(start, end - start)
     view = memoryview(data)
-    fresh = keyed_hasher(source.hash_key)
+    size = len(data)
+    fresh = span_hasher(source.hash_key)
+    for j in range(0, len(recs), BLOCK):
+        a = recs[j][1] - start
+        if j + BLOCK <= len(recs):
+            block_end = recs[j + BLOCK - 1]
+            b = block_end[1] + block_end[2] - start
+            want = block_end[7]
+        else:
+            b, want = end - start, source.tail_span
+        hasher = fresh.copy()
+        hasher.update(view[a:b])
+        if b > size or hasher.digest()[:16] != want:
+            raise _diagnose(source, recs[j : j + BLOCK], data, start)
     opener = source.opener
     out: list[MessageAppended] = []
     append = out.append
-    open_at = SUFFIX_LEN + 1
-    size = len(data)
-    last = b""  # the record before (raw hash) and its hash in hex: a line chains from it
-    last_hex = b""
-    for seq, offset, length, tokens, _role, _flags, h, prev in RECORD.iter_unpack(raw):
+    for seq, offset, length, tokens, _role, _flags, _h, _span in recs[first - base : stop - base]:
         a = offset - start
         b = a + length
-        body_end = b - open_at
-        hex_h = h.hex().encode()
-        # The line's own hash field, then the chain from the record's previous hash: the
-        # checks LineDecoder makes, against what the index recorded.
-        if a < 0 or b > size or data[b - 1] != 10 or data[body_end : b - 3] != _HASH_OPEN + hex_h:
-            raise _bad(source, seq, offset, "does not have the hash the index recorded")
-        hasher = fresh.copy()
-        hasher.update(last_hex if prev == last else prev.hex().encode())
-        hasher.update(view[a:body_end])
-        if hasher.digest() != h:
-            raise _bad(source, seq, offset, "does not chain")
+        if data[b - 1] != 10:
+            raise _bad(source, seq, offset, "does not end in a newline")
         try:
             event = _decode_message_line(view[a:b])
         except msgspec.DecodeError as exc:
@@ -596,8 +680,51 @@ def _read_lines(source: IndexSource, raw: bytes) -> list[MessageAppended]:
         if opener is not None:
             event.__dict__["_open"] = opener
         append(event)
-        last, last_hex = h, hex_h
     return out
+
+
+def _diagnose(
+    source: IndexSource, recs: list[tuple[Any, ...]], data: bytes, start: int
+) -> CorruptLogError:
+    """Why a block's bytes fail their span digest: the first of its lines that no longer
+    checks against the chain (the records' hashes), or the block as a whole."""
+    fresh = keyed_hasher(source.hash_key)
+    view = memoryview(data)
+    prev_end = -1
+    prev_hex = ""
+    for seq, offset, length, _tokens, _role, _flags, h, _span in recs:
+        a = offset - start
+        b = a + length
+        if a < 0 or b > len(data):
+            return _bad(source, seq, offset, "is past the end of the log")
+        hex_h = h.hex()
+        body_end = b - SUFFIX_LEN - 1
+        if data[b - 1] != 10 or data[body_end : b - 3] != _HASH_OPEN + hex_h.encode():
+            return _bad(source, seq, offset, "does not have the hash the index recorded")
+        if prev_end >= 0 and prev_end < a:
+            gap = verify_chain(data[prev_end:a], key=source.hash_key, prev_h=prev_hex)
+            if gap.problems:
+                at = start + prev_end
+                return CorruptLogError(
+                    source.where,
+                    0,
+                    f"a line between byte {at} and message {seq} at byte {offset} does not "
+                    "chain (the log changed; run verify)",
+                )
+        before = data[a - 35 : a - 3] if a >= 35 else source.read(offset - 35, 32)
+        hasher = fresh.copy()
+        hasher.update(before)
+        hasher.update(view[a:body_end])
+        if hasher.digest() != h:
+            return _bad(source, seq, offset, "does not chain")
+        prev_end, prev_hex = b, hex_h
+    first, last = recs[0], recs[-1]
+    return CorruptLogError(
+        source.where,
+        0,
+        f"messages {first[0]} to {last[0]} (bytes {first[1]} to {last[1] + last[2]}) do not "
+        "match the index's span digest (the log changed; run verify)",
+    )
 
 
 def _bad(source: IndexSource, seq: int, offset: int, why: str) -> CorruptLogError:

@@ -1,6 +1,6 @@
 """The PostgreSQL store's index snapshots: record files as rows, log bytes read by offset.
 
-The PostgreSQL store keeps the file store's index snapshots (format 3, see
+The PostgreSQL store keeps the file store's index snapshots (format 4, see
 :mod:`eventlog._indexsnap`): the snapshot row holds the folded state without message bodies,
 and ``snapshot_records`` (migration 7) holds its two record files, ``index`` (64 bytes per
 message event) and ``ids`` (16 bytes per event). Opening reads the snapshot, the ``index``

@@ -265,6 +265,8 @@ class SnapshotViews:
                 hash_key=self._hash_key,
                 seal=self._index_seal(bool(header.sealing)),
                 links=decoded.links,
+                log=tail,
+                log_start=taken.start,
             )
 
         refused = (SnapshotError, msgspec.EncodeError, OverflowError)

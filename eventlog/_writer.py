@@ -39,7 +39,7 @@ import msgspec
 
 from ._codec import encode_line
 from ._errors import InvalidEventError, StorageError
-from ._events import KnownEvent, MessageAppended
+from ._events import HELD_LINE, KnownEvent, MessageAppended
 from ._fold import apply
 from ._writeapi import CompactionResult, Draft, message_draft, new_event_id
 from ._writerbase import (
@@ -205,6 +205,10 @@ class SessionLog(LogBase):
 
     def _write_line(self, event: KnownEvent, line: bytes) -> int:
         io = self.io
+        if self.settle is not None and event.__class__ is MessageAppended:
+            # The bytes it hashed: settling compares the log's line with them (a span digest
+            # is hashed only from bytes the chain vouched for), then the event leaves memory.
+            event.__dict__[HELD_LINE] = line
         if self.durability == "always":
             before = io.size()
             io.append(line)

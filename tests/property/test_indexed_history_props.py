@@ -134,8 +134,8 @@ def test_history_from_the_index_equals_the_history_folded_in_memory(
 
 
 def test_a_window_reads_only_its_own_records(tmp_path: Path) -> None:
-    """A window that starts mid-block reads the log from its first message's line, not from
-    the block's first; a later, longer window reads only the lines it lacks."""
+    """A window reads the whole blocks it touches (one span digest checks each), not the rest
+    of the session; a later, longer window reads only the blocks of the lines it lacks."""
     store = FileStore(tmp_path / "s", durability="none")
     with store.session(KEY) as w:
         for i in range(1_000):
@@ -154,10 +154,11 @@ def test_a_window_reads_only_its_own_records(tmp_path: Path) -> None:
     source.read = counting  # type: ignore[method-assign]
     line = [len(m.body) for m in messages[990:]]  # reads 990..999
     assert len(reads) == 1 and len(line) == 10
-    assert 10 * 100 < reads[0][1] < 10 * 400  # ten lines of about 200 bytes, not 64
+    # Records 960..999 (the block of 990, from its start): forty lines of about 200 bytes.
+    assert 40 * 100 < reads[0][1] < 40 * 400
     reads.clear()
     window = messages[900:]
-    assert len(reads) == 1  # only 900..989: the rest is cached
+    assert len(reads) == 1  # only the blocks of 900..989: the rest is cached
     assert reads[0][0] + reads[0][1] <= store.path_for(KEY).stat().st_size
     fresh = store.load(KEY, snapshot=False).state.messages
     assert window == fresh[900:]

@@ -526,7 +526,7 @@ def test_a_settling_writer_indexes_its_messages_as_their_lines_say(tmp_path: Pat
     import msgspec
 
     from sessionledger.eventlog._events import MessageAppended
-    from sessionledger.eventlog._msgindex import RECORD, pack_record
+    from sessionledger.eventlog._msgindex import RECORD, fill_spans, pack_record
 
     kinds: list[dict[str, object]] = [
         {"role": "user", "content": "hi", "media": ["/a.png"]},
@@ -549,13 +549,127 @@ def test_a_settling_writer_indexes_its_messages_as_their_lines_say(tmp_path: Pat
     log = store.path_for(KEY).read_bytes()
     records = store.path_for(KEY).with_suffix(".index").read_bytes()
     expected: list[bytes] = []
-    offset, prev = 0, ""
+    offset = 0
     for line in log.splitlines(keepends=True):
         if line.startswith(b'{"type":"message"'):
             event = msgspec.json.decode(line, type=MessageAppended)
-            expected.append(pack_record(event, offset, len(line), prev))
-        prev = line[-35:-3].decode()
+            expected.append(pack_record(event, offset, len(line)))
         offset += len(line)
+    fill_spans(expected, 0, log, 0, b"", None, len(log))  # block digests, from the log
     held = len(records) // RECORD.size  # what the last settle indexed (close adds no more)
     assert len(expected) == 90 and 60 <= held <= 90
     assert records[: held * RECORD.size] == b"".join(expected[:held])
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["body", "between", "partial block"])
+def test_a_flipped_log_byte_under_the_index_is_refused(tmp_path: Path, where: str) -> None:
+    """A span digest checks a block's bytes, lines between messages included: a changed byte
+    is a CorruptLogError naming the message (or the line) where the chain breaks."""
+    store = FileStore(tmp_path / "s", durability="none")
+    with store.session(KEY) as w:
+        for i in range(200):  # 3 full blocks of 64 messages, then a partial one
+            w.append_message("user", f"message {i} " * 8)
+            if i == 150:
+                w.update_metadata({"title": "between messages 151 and 152"})
+    store.write_snapshot(KEY)
+    path = store.path_for(KEY)
+    data = path.read_bytes()
+    if where == "body":
+        at, match = data.index(b"message 140 "), "message 141 .* does not chain"
+    elif where == "between":
+        at, match = data.index(b"between messages"), "a line between .* does not chain"
+    else:
+        at, match = data.index(b"message 195 "), "message 197 .* does not chain"
+    _flip(path, at)
+    state = store.load(KEY).state  # the snapshot's own line is intact: it is used
+    assert state.messages.source is not None
+    with pytest.raises(CorruptLogError, match=match):
+        projections.history(state, max_messages=100)
+    assert not replay.verify(store).ok
+
+
+def test_a_truncated_log_under_the_index_is_refused(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 200)
+    state = store.load(KEY).state
+    path = store.path_for(KEY)
+    data = path.read_bytes()
+    os.truncate(path, data.index(b"message 190 "))
+    with pytest.raises(CorruptLogError):
+        projections.history(state, max_messages=50)
+
+
+def test_a_format_3_index_snapshot_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 300)
+    snap = tmp_path / "s" / (store.path_for(KEY).stem + ".snapshot")
+    snap.write_bytes(b"SLSNAP3\n" + snap.read_bytes()[8:])
+    loaded = store.load(KEY)
+    assert loaded.snapshot_seq == 0 and len(loaded.state.messages) == 300
+    assert store.write_snapshot(KEY).written
+    assert store.load(KEY).state.messages.source is not None
+
+
+def test_an_extension_never_vouches_for_bytes_changed_under_the_index(tmp_path: Path) -> None:
+    """Extending a partial block re-checks its bytes against the snapshot's span digest of it
+    first: a byte changed there is not hashed into the new digests."""
+    store = store_with(tmp_path, 100)  # records 64..99: a partial block
+    path = store.path_for(KEY)
+    _flip(path, path.read_bytes().index(b"message 70 "))
+    with store.session(KEY) as w:
+        for i in range(50):
+            w.append_message("user", f"more {i}")
+    store.write_snapshot(KEY)
+    with pytest.raises(CorruptLogError):
+        projections.history(store.load(KEY).state, max_messages=200)
+
+
+def test_a_block_continued_after_lines_that_are_not_messages(tmp_path: Path) -> None:
+    """A snapshot whose last lines are not messages: its partial block's span digest runs to
+    its line end, and the extensions after it (one adding no message) continue that block
+    from there (the same records and snapshot as a rebuild's)."""
+    store = store_with(tmp_path, 100)
+    with store.session(KEY) as w:
+        w.update_metadata({"title": "t"})
+        w.update_metadata({"title": "u"})
+    store.write_snapshot(KEY)
+    with store.session(KEY) as w:
+        for i in range(50):
+            w.append_message("user", f"more {i}")
+    store.write_snapshot(KEY)
+    index = tmp_path / "s" / (store.path_for(KEY).stem + ".index")
+    extended = index.read_bytes()
+    state = store.load(KEY).state
+    assert state.messages.source is not None
+    plain = store.load(KEY, snapshot=False).state
+    assert projections.history(state, max_messages=200) == projections.history(
+        plain, max_messages=200
+    )
+    snapshot = store.snapshot_bytes(KEY)
+    store.write_snapshot(KEY, rebuild=True)
+    assert index.read_bytes() == extended and store.snapshot_bytes(KEY) == snapshot
+
+
+def test_a_line_changed_before_its_writer_settles_is_never_vouched_for(tmp_path: Path) -> None:
+    """A settling writer vouches only for the bytes it wrote: a line of its own changed in the
+    log before it settles is not indexed from the changed bytes (it keeps its events)."""
+    store = FileStore(tmp_path / "s", durability="none")
+    store.settle_every = 100
+    w = store.session(KEY)
+    for i in range(50):
+        w.append_message("user", f"message {i} " * 8)
+    path = store.path_for(KEY)
+    data = path.read_bytes()
+    at = data.index(b"message 20 ")
+    path.write_bytes(data[:at] + b"MESSAGE" + data[at + 7 :])  # same length, hash field kept
+    for i in range(50, 120):
+        w.append_message("user", f"message {i} " * 8)
+    assert w.state.messages.source is None  # the settle did not go through
+    assert w.state.messages[20].message["content"] == "message 20 " * 8
+    w.close()
+    with pytest.raises(CorruptLogError):
+        projections.history(FileStore(tmp_path / "s").load(KEY).state, max_messages=200)

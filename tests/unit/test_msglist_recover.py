@@ -15,6 +15,9 @@ class _Damaged:
 
     where = "test"
     hash_key = b""
+    count = 0
+    tail_span = b""
+    tail_end = 0
     opener: Any = None
 
     def __init__(self, events: list[MessageAppended]) -> None:
