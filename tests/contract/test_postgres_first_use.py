@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -189,6 +190,22 @@ def test_idle_status_of_a_closed_or_broken_connection(dsn: str) -> None:
     assert conn.broken and not _idle_status(conn) and not idle_ok(conn)
     conn.close()
     assert not _idle_status(conn) and not idle_ok(conn)
+
+
+def test_idle_ok_sees_a_connection_the_server_ended_while_it_was_idle(dsn: str) -> None:
+    from sessionledger.eventlog._pg_io import idle_ok
+
+    conn = psycopg.connect(dsn, autocommit=True)
+    pid = conn.info.backend_pid
+    assert idle_ok(conn)
+    with psycopg.connect(dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while killer.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert not idle_ok(conn)  # its FATAL message, then the closed socket
+    conn.close()
 
 
 def test_a_connection_dropped_in_the_first_pipeline_is_not_lent_again(
