@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import sys
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -438,15 +438,12 @@ def write_index(
     base: IndexMeta | None,
     hash_key: bytes,
     seal: MetaSeal | None = None,
-    links: Mapping[int, str] | None = None,
     log: bytes = b"",
     log_start: int = 0,
 ) -> bytes:
     """Write the records of ``events`` (whose lines are at ``spans``, absolute) and return the
     encoded snapshot of ``state`` at ``anchor``.
 
-    ``links`` are the hashes of later segments' headers among those lines, by the seq each
-    follows (:attr:`~eventlog._codec.Decoded.links`): the event after one chains from it.
     ``base`` is the snapshot the events follow (None: they are the whole log). ``state`` is
     the fold of ``events`` onto it: its in-memory messages are among ``events``. ``seal``
     (a sealed session's) seals the snapshot's plaintext values before it is encoded, and
@@ -458,14 +455,10 @@ def write_index(
         SnapshotError: a record cannot hold a value (a token count past 32 bits).
     """
     records = base.records if base is not None else 0
-    prev = base.head if base is not None else (header.h or "")
     new = _NewRecords(records, sealed=seal is not None)
-    links = links or {}
     add = new.adder(hash_key)
     for event, (offset, length) in zip(events, spans, strict=True):
-        prev = links.get(event.seq - 1, prev)
-        add(event, event.id, offset, length, prev, b"")
-        prev = event.h
+        add(event, event.id, offset, length, b"")
     return _finish(files, header, state, anchor, base, new, hash_key, seal, log, log_start)
 
 
@@ -479,13 +472,10 @@ class _NewRecords:
         self.id_out: list[bytes] = []
         self.ordinal_of: dict[int, int] = {}
 
-    def adder(
-        self, key: bytes
-    ) -> Callable[[Event | None, str, int, int, str | bytes, bytes], None]:
+    def adder(self, key: bytes) -> Callable[[Event | None, str, int, int, bytes], None]:
         """How a line is added (bound once per run of lines): its id record, and its message
         record when the event is a message. The call takes the event, its id, the line's
-        offset and length, the previous line's hash (hex, or raw) and this line's (raw, or
-        ``b""``: taken from the event)."""
+        offset and length and its hash (raw, or ``b""``: taken from the event)."""
         msg_out, id_out, ordinal_of = self.msg_out, self.id_out, self.ordinal_of
         records, sealed = self.records, self.sealed
 
@@ -494,7 +484,6 @@ class _NewRecords:
             event_id: str,
             offset: int,
             length: int,
-            prev: str | bytes,
             h: bytes,
         ) -> None:
             if isinstance(event, MessageAppended):
@@ -507,20 +496,18 @@ class _NewRecords:
 
         return add
 
-    def held_adder(self, key: bytes) -> Callable[[MessageAppended, int, int, bytes, bytes], None]:
+    def held_adder(self, key: bytes) -> Callable[[MessageAppended, int, int, bytes], None]:
         """How a plaintext message line the writer holds is added (bound once per run of
         lines): what :meth:`adder` does for it, inlined (a settling writer adds thousands at
         a time, in its appends' time). The call takes the event, the line's offset and
-        length, the previous line's hash and this line's (both raw)."""
+        length and its hash (raw)."""
         msg_out, id_out, ordinal_of = self.msg_out, self.id_out, self.ordinal_of
         base = self.records
         pack = RECORD.pack
         ids = id_hasher(key)
         roles = ROLES
 
-        def add_held(
-            event: MessageAppended, offset: int, length: int, prev: bytes, h: bytes
-        ) -> None:
+        def add_held(event: MessageAppended, offset: int, length: int, h: bytes) -> None:
             message = event.message
             get = message.get
             role = get("role")
@@ -711,10 +698,6 @@ def extend_from_state(
         new.ordinal_of.update(_ordinals(files, meta, since, hash_key))
     line_start = base_start
     find = tail.find
-    try:
-        prev_raw = bytes.fromhex(prev)
-    except ValueError:
-        return None
     headers = 0
     seq = first_seq - 1
     at = tail.startswith
@@ -735,10 +718,10 @@ def extend_from_state(
                 line_start = base_start + pos
                 raw = bytes.fromhex(held.h)
                 if add_held is None:  # sealed: its role is read from the envelope
-                    add(held, held.id, line_start, size, prev_raw, raw)
+                    add(held, held.id, line_start, size, raw)
                 else:
-                    add_held(held, line_start, size, prev_raw, raw)
-                prev_prev, prev, prev_raw = prev, held.h, raw
+                    add_held(held, line_start, size, raw)
+                prev_prev, prev = prev, held.h
                 pos += size
                 continue
         end = find(b"\n", pos)
@@ -750,7 +733,7 @@ def extend_from_state(
             h = line[-35:-3].decode("ascii", "replace")
             if chain_hash(prev, line[: -SUFFIX_LEN - 1], hash_key) != h:
                 return None
-            prev, prev_raw = h, bytes.fromhex(h)
+            prev = h
             headers += 1
             pos = end + 1
             continue
@@ -772,10 +755,10 @@ def extend_from_state(
             line_start = base_start + pos
             raw = bytes.fromhex(held.h)
             if add_held is None:  # sealed: its role is read from the envelope
-                add(held, held.id, line_start, end + 1 - pos, prev_raw, raw)
+                add(held, held.id, line_start, end + 1 - pos, raw)
             else:
-                add_held(held, line_start, end + 1 - pos, prev_raw, raw)
-            prev_prev, prev, prev_raw = prev, held.h, raw
+                add_held(held, line_start, end + 1 - pos, raw)
+            prev_prev, prev = prev, held.h
             pos = end + 1
             continue
         event: Event | None = None
@@ -801,8 +784,8 @@ def extend_from_state(
                 return None
         line_start = base_start + pos
         raw = bytes.fromhex(h)
-        add(event, event_id, line_start, end + 1 - pos, prev_raw, raw)
-        prev_prev, prev, prev_raw = prev, h, raw
+        add(event, event_id, line_start, end + 1 - pos, raw)
+        prev_prev, prev = prev, h
         pos = end + 1
     if prev != state.head:
         return None

@@ -264,7 +264,6 @@ class SnapshotViews:
                 base=base,
                 hash_key=self._hash_key,
                 seal=self._index_seal(bool(header.sealing)),
-                links=decoded.links,
                 log=tail,
                 log_start=taken.start,
             )
