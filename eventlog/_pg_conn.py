@@ -18,6 +18,8 @@ Rules:
   the statement never runs against a schema it was not written for; any other first use
   checks in a query of its own when the connection is lent. A newer schema raises
   ``SchemaVersionError`` there, and nothing is changed.
+- A thread waiting on an exhausted pool while the own connection is lent out looks at the
+  idle list every 50 ms: the own connection given back reaches it (the pool cannot take it).
 - A connection the server ended while idle was sent nothing: it is dropped, another lent.
 - Each thread's lent connections are known (newest last): a lazy read made while a thread
   holds one (a preview computed in an append reads message bodies) runs on it
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +62,9 @@ def _idle_status(conn: Conn) -> bool:
         conn.rollback()
     return bool(conn.pgconn.transaction_status == _IDLE)
 
+
+#: How long a thread waiting on the pool waits before looking for the own connection.
+_POOL_SLICE = 0.05
 
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (an IntEnum; psycopg is imported lazily)
 
@@ -268,6 +274,8 @@ class PgConnections:
             pool = self._pool
             if pool is None or not self.pool_open:
                 with self._mutex:
+                    if self.closed:  # close() ran since this lend began: open nothing now
+                        raise StoreClosedError("the store is closed")
                     if self._pool is None:
                         self._pool = self._new_pool()
                     pool = self._pool
@@ -275,7 +283,7 @@ class PgConnections:
                         pool.open()
                         self.pool_open = True
             for _ in range(4):
-                conn = pool.getconn()
+                conn = self._wait_pool(pool)
                 if idle_ok(conn):
                     return conn
                 # The server ended this session while it sat in the pool: nothing was sent
@@ -283,9 +291,38 @@ class PgConnections:
                 with contextlib.suppress(Exception):
                     conn.close()
                 self.putconn(conn)
-            return pool.getconn()
+            return self._wait_pool(pool)
         except Exception as exc:
+            if self.closed:
+                raise StoreClosedError("the store is closed") from exc
             raise translate(exc, self.where, "connect") from exc
+
+    def _wait_pool(self, pool: psycopg_pool.ConnectionPool[Conn]) -> Conn:
+        """A connection from ``pool``, or the own connection when it is given back first.
+
+        Given back while this thread waits, the own connection goes to the idle list (the pool
+        cannot take it), where a thread blocked in the pool's ``getconn`` never saw it: it
+        waited for the pool's timeout and failed while the own connection sat idle. So while
+        the own connection is lent out, the pool is waited on in slices, the idle list looked
+        at between them."""
+        if self._own is None:
+            return pool.getconn()
+        import psycopg_pool
+
+        deadline = time.monotonic() + pool.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return pool.getconn(timeout=max(min(left, _POOL_SLICE), 0.001))
+            except psycopg_pool.PoolTimeout:
+                with self._idle_lock:
+                    conn = self._idle.pop() if self._idle else None
+                if conn is not None:
+                    return conn
+                if left <= _POOL_SLICE:
+                    raise psycopg_pool.PoolTimeout(
+                        f"couldn't get a connection after {pool.timeout:.2f} sec"
+                    ) from None
 
     def putconn(self, conn: Conn) -> None:
         """Give back a connection :meth:`getconn` lent."""
@@ -300,7 +337,8 @@ class PgConnections:
             return  # a parent's connection given back in a forked child: not ours to touch
         if not self.closed and not conn.closed and not conn.broken and _idle_status(conn):
             with self._idle_lock:
-                if not self._waiting or conn is self._own:
+                # closed looked at again under the lock: close() may have emptied the list
+                if not self.closed and (not self._waiting or conn is self._own):
                     self._idle.append(conn)
                     return
             # Another thread waits on the pool: the pool lends it this one.
@@ -341,15 +379,16 @@ class PgConnections:
     def close(self) -> None:
         """Close the own connection (when lent out: when it comes back) and the pool; in a
         forked child, nothing of the parent's."""
-        self.closed = True
+        with self._mutex:  # a lend making the pool now makes it before this, or not at all
+            self.closed = True
+            pool, pool_open = self._pool, self.pool_open
         if self._pid != os.getpid():
             return
         with self._idle_lock:
             idle, self._idle = self._idle, []
         for conn in idle:
             self._drop(conn)
-        pool = self._pool
-        if pool is not None and self.pool_open:
+        if pool is not None and pool_open:
             pool.close(timeout=5.0)
 
 

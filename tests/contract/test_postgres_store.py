@@ -33,6 +33,7 @@ from sessionledger.eventlog import (
     SchemaVersionError,
     SessionNotFoundError,
     StorageError,
+    StoreClosedError,
     decode_log,
     verify_chain,
 )
@@ -1349,6 +1350,65 @@ def test_a_connection_given_back_goes_to_a_thread_waiting_on_the_pool(
     pg._putconn(got[0])
     pg._putconn(own)
     assert _pool_pid(pg) == own.info.backend_pid  # both idle again, the newest first
+
+
+def test_the_own_connection_given_back_goes_to_a_thread_waiting_on_the_pool(
+    make_pg: StoreFactory,
+) -> None:
+    """The own connection given back while a thread waits on an exhausted pool must reach
+    that thread: it waited for the pool's timeout (2 s here), then failed with a
+    StorageError while the own connection sat idle."""
+    pg = make_pg(pool_size=2, connect_timeout=1.0)  # the own connection and one pooled
+    own = pg._getconn()
+    pooled = pg._getconn()
+    assert own is pg._db._own
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(pg._getconn()))
+    waiter.start()
+    _wait_until(lambda: pg._db._waiting == 1, "a thread to wait on the pool")
+    started = time.monotonic()
+    pg._putconn(own)
+    waiter.join(timeout=8)
+    assert got == [own] and time.monotonic() - started < 1.5
+    pg._putconn(got[0])
+    pg._putconn(pooled)
+
+
+def test_a_lend_racing_close_opens_no_pool_after_it(make_pg: StoreFactory) -> None:
+    """close() running between a lend's closed check and its look at the idle list: the lend
+    went on to make and open a pool after close() had closed everything, a pool (threads and
+    connections) nothing would ever close."""
+    pg = make_pg(pool_size=3)
+    db = pg._db
+    own = pg._getconn()  # busy: the next lend goes to the pool, which is not made yet
+    real = db._idle_lock
+
+    class CloseFirst:
+        fired = False
+
+        def __enter__(self) -> bool:
+            if not CloseFirst.fired:  # after the closed check, before the idle list
+                CloseFirst.fired = True
+                closer = threading.Thread(target=pg.close)
+                closer.start()
+                closer.join()
+            return real.__enter__()
+
+        def __exit__(self, *exc: Any) -> None:
+            real.release()
+
+    db._idle_lock = CloseFirst()  # type: ignore[assignment]
+    try:
+        with pytest.raises(StoreClosedError):
+            pg._getconn()
+    finally:
+        db._idle_lock = real
+        pool = db._pool
+        if pool is not None and db.pool_open:
+            pool.close()
+    assert db._pool is None and not db.pool_open
+    pg._putconn(own)
+    assert own.closed
 
 
 def test_the_own_connection_lent_out_at_close_is_closed_when_it_comes_back(
