@@ -76,6 +76,8 @@ from ._snapshot import (
 #: format-3 snapshot is not read: the next snapshot is rebuilt from the log).
 INDEX_VERSION: Final = 4
 INDEX_MAGIC: Final = b"SLSNAP4\n"
+#: What an earlier version's index snapshot starts with: not read, treated as no snapshot.
+FORMAT3_MAGIC: Final = b"SLSNAP3\n"
 CHUNK: Final = 1024
 
 

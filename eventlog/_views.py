@@ -36,6 +36,7 @@ from ._events import Header
 from ._fileindex import IndexFiles
 from ._fold import SessionState, fold_decoded
 from ._indexsnap import (
+    FORMAT3_MAGIC,
     FileColdIds,
     FileMessages,
     IndexMeta,
@@ -133,6 +134,9 @@ class SnapshotViews:
         blob = self._backend.snapshot_bytes(key)
         if blob is None:
             return SnapshotStatus(key, "missing")
+        if blob.startswith(FORMAT3_MAGIC):  # an earlier version's: no snapshot, not a damaged one
+            why = "an index snapshot of format 3 (an earlier version's) is not read"
+            return SnapshotStatus(key, "missing", reason=why)
         snap: Snapshot | IndexMeta
         try:
             if is_index_snapshot(blob):

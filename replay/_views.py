@@ -73,7 +73,7 @@ class Views:
                 out.append(peeked)
         else:
             st = projections.snapshot_status(self.store, key)
-            if st.health != "missing":
+            if st.health != "missing" or st.reason:  # a reason: one is there, but not read
                 out.append(Recorded("snapshot", st.seq, None, st.health, st.reason))
         row = self.catalog.get(key)
         if row is not None:
