@@ -372,6 +372,19 @@ def notify_payload(key: str, seq: int) -> str:
     return payload
 
 
+def notify_prefix(key: str) -> str:
+    """What :func:`notify_payload` of ``key`` holds before the seq (``'["key",'``), encoded
+    once per writer rather than on every append (see :func:`notify_from`)."""
+    return _json.encode([key, 0]).decode()[:-2]
+
+
+def notify_from(prefix: str, key: str, seq: int) -> str:
+    """:func:`notify_payload` of ``key`` and ``seq``, ``prefix`` being its
+    :func:`notify_prefix`."""
+    payload = f"{prefix}{seq}]"
+    return payload if len(payload) <= 7000 else notify_payload(key, seq)
+
+
 def run(
     conn: psycopg.Connection[tuple[Any, ...]],
     query: bytes,

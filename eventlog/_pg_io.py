@@ -29,7 +29,7 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ._codec import LineDecoder
 from ._errors import SessionNotFoundError, StorageError
@@ -41,7 +41,8 @@ from ._pg_common import (
     catalog_values,
     event_row,
     hot_values,
-    notify_payload,
+    notify_from,
+    notify_prefix,
     run,
     stored_preview_settled,
     translate,
@@ -138,6 +139,10 @@ class Outcome:
     tail: bytes = b""
 
 
+#: The :class:`Outcome` of every append that was written (one object, not one per append).
+_WRITTEN: Final = Outcome(0)
+
+
 class _PgIO:
     """One writer's view of a session in PostgreSQL (the writer's ``SessionIO``)."""
 
@@ -146,6 +151,7 @@ class _PgIO:
         self._store = store
         self._key = key
         self._kb = key.encode()
+        self._notify_prefix = notify_prefix(key)
         self._size = size
         # The catalog preview last written, and whether appended messages can still change it.
         self._preview: bytes | None = None
@@ -222,7 +228,7 @@ class _PgIO:
                 state.head,
                 size,
                 *hot_values(state),
-                notify_payload(self._key, state.seq),
+                notify_from(self._notify_prefix, self._key, state.seq),
             )
             return self._answer(self.execute(conn, sql.append_event, args), size, None)
         # A settled preview that no pending event can change is the one written before: it
@@ -260,7 +266,7 @@ class _PgIO:
             values.preview if full else None,
             values.summary if full else None,
             values.encoded_conversations() if full else None,
-            notify_payload(self._key, state.seq),
+            notify_from(self._notify_prefix, self._key, state.seq),
         )
         row = self.execute(conn, sql.append_one if one else sql.append_many, args)
         return self._answer(row, size, values)
@@ -279,7 +285,7 @@ class _PgIO:
                 self._preview = values.preview
                 self._settled = values.settled
                 self._unchecked = None
-            return Outcome(0)
+            return _WRITTEN
         if status == 2:
             return Outcome(2)
         return Outcome(1, int(row[1]), str(row[2]), int(row[3]), bytes(row[4] or b""))

@@ -18,7 +18,9 @@ from sessionledger.eventlog._pg_common import (
     catalog_values,
     event_row,
     key_parts,
+    notify_from,
     notify_payload,
+    notify_prefix,
     tail_bytes,
     text,
 )
@@ -82,6 +84,20 @@ def test_tail_bytes_slices_from_any_offset() -> None:
         start = max(i for i, r in enumerate(rows) if r[0] <= offset)
         assert tail_bytes(rows[start:], offset) == (len(data), data[offset:])
     assert tail_bytes([], 5) == (5, b"")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=st.one_of(
+        st.text(),
+        st.sampled_from(['q"uote', "back\\slash", "\x00nul", "\u2028", "k" * 6990, "k" * 7000]),
+    ),
+    seq=st.one_of(st.integers(0, 10), st.integers(0, 2**62)),
+)
+def test_a_writers_notify_payload_is_notify_payload(key: str, seq: int) -> None:
+    """The payload a writer builds from the key encoded once is byte for byte the one
+    encoded whole, long keys (null in the payload) included."""
+    assert notify_from(notify_prefix(key), key, seq) == notify_payload(key, seq)
 
 
 def test_notify_payload_and_event_row() -> None:
