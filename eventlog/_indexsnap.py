@@ -14,10 +14,10 @@ Invariants:
 - Records are a function of the log: the N-th message event's record sits at ``N * 64``, the
   event of seq S's id record at ``(S - 1) * 16``. A full block's span digest (see
   :func:`~eventlog._msgindex.span_hasher`), in its last record, and the partial last block's,
-  in the snapshot (``tail_span``), are hashed only from bytes the chain vouched for when they
+  in the snapshot (``last_span``), are hashed only from bytes the chain vouched for when they
   are written: lines decoded and checked, lines a writer holds found byte for byte equal to
   its own encoding of them, and, where a partial block of an older snapshot is continued, its
-  bytes checked first against that snapshot's ``tail_span``. Bringing a snapshot up to date writes only
+  bytes checked first against that snapshot's ``last_span`` (and the chain). Bringing a snapshot up to date writes only
   the records of the lines after its anchor, and rewrites the digest of the last chunk.
 - Writing costs the lines after the previous snapshot (plus 16 bytes of digest per 1,024
   records), never the whole session: that is what lets a closing writer snapshot.
@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._codec import SUFFIX_LEN, chain_hash, decode_log
+from ._codec import SUFFIX_LEN, chain_hash, decode_log, verify_chain
 from ._errors import CorruptLogError
 from ._events import HELD_LINE, Event, Header, MessageAppended
 from ._fileindex import IndexFiles, IndexName
@@ -94,8 +94,9 @@ class IndexMeta(Anchored, kw_only=True):
     records: int = 0
     record_digests: bytes = b""
     #: The span digest of the last block of records when it is partial (``records`` not a
-    #: multiple of 64): over the log from its first record's line to ``offset``; else empty.
-    tail_span: bytes = b""
+    #: multiple of 64): over the log from its first record's line to its last record's line
+    #: end; else empty.
+    last_span: bytes = b""
     #: Id records (one per event: ``seq`` of them), and their chunk digests.
     id_digests: bytes = b""
     #: A sealed session's window (its newest messages, sealed as one; see
@@ -169,7 +170,7 @@ def decode_meta(data: bytes, session: str, key: bytes = b"") -> IndexMeta:
         raise SnapshotError("its message index digests do not match its record count")
     if len(meta.id_digests) != _chunks(meta.seq) * DIGEST_SIZE:
         raise SnapshotError("its id index digests do not match its seq")
-    if len(meta.tail_span) != (16 if meta.records % BLOCK else 0):
+    if len(meta.last_span) != (16 if meta.records % BLOCK else 0):
         raise SnapshotError("its last block's span digest does not match its record count")
     if any(not 0 <= a < b <= meta.records for a, b in meta.ranges):
         raise SnapshotError("a message range is outside its records")
@@ -247,8 +248,7 @@ class FileMessages:
         self.where = files.where
         self.hash_key = hash_key
         self.count = meta.records
-        self.tail_span = meta.tail_span
-        self.tail_end = meta.offset
+        self.last_span = meta.last_span
         self._files = files
         self._meta = meta
         #: The snapshot the records are of.
@@ -572,15 +572,19 @@ def _finish(
         ranges.append((ordinals[0], ordinals[-1] + 1))
     else:
         ranges += [(ordinal, ordinal + 1) for ordinal in ordinals]
-    carry = None
-    if records % BLOCK:
-        if base is None:
-            raise SnapshotError("records continue a block of no snapshot")
-        carry = _carry_block(files, base, hash_key)
-    try:
-        tail_span = fill_spans(msg_out, records, log, log_start, hash_key, carry, anchor.offset)
-    except ValueError as exc:
-        raise SnapshotError(f"the message records cannot be digested: {exc}") from None
+    # No new message record: the last block and its digest are the base's (a digest runs to
+    # its last record's line, never over the lines after it: a read costs the window).
+    last_span = base.last_span if base is not None else b""
+    if msg_out:
+        carry = None
+        if records % BLOCK:
+            if base is None:
+                raise SnapshotError("records continue a block of no snapshot")
+            carry = _carry_block(files, base, hash_key)
+        try:
+            last_span = fill_spans(msg_out, records, log, log_start, hash_key, carry)
+        except ValueError as exc:
+            raise SnapshotError(f"the message records cannot be digested: {exc}") from None
     record_digests = _extend(
         files,
         "index",
@@ -598,7 +602,7 @@ def _finish(
     meta.ranges = merge_ranges(ranges)
     meta.records = records + len(msg_out)
     meta.record_digests = record_digests
-    meta.tail_span = tail_span
+    meta.last_span = last_span
     meta.id_digests = id_digests
     return encode_meta(meta if seal is None else seal(meta, messages), hash_key)
 
@@ -610,7 +614,9 @@ _encode = msgspec.json.Encoder().encode
 
 def _carry_block(files: IndexFiles, base: IndexMeta, key: bytes) -> tuple[Any, int]:
     """The span hasher of ``base``'s partial last block, over the log from that block's first
-    line to ``base``'s line end, the bytes checked against ``base.tail_span``; with that end.
+    line to ``base``'s line end, with that end: the bytes to its last record's line end
+    checked against ``base.last_span``, the lines after it (to ``base``'s line) against the
+    chain from that record's hash to ``base.head``.
 
     Raises:
         SnapshotError: the log changed under the records (or they are damaged).
@@ -618,12 +624,22 @@ def _carry_block(files: IndexFiles, base: IndexMeta, key: bytes) -> tuple[Any, i
     first = base.records - base.records % BLOCK
     chunks = _Chunks(files, "index", RECORD.size, base.records, base.record_digests)
     chunks.key = key
-    block_off = int.from_bytes(chunks.read(first, 1)[8:16], "little")
+    recs = chunks.read(first, base.records - first)
+    block_off = int.from_bytes(recs[8:16], "little")
+    _, offset, length, _, _, _, h, _ = RECORD.unpack(recs[-RECORD.size :])
+    cut = offset + length - block_off
     data = files.read_log(block_off, base.offset - block_off)
     hasher = span_hasher(key).copy()
-    hasher.update(data)
-    if len(data) != base.offset - block_off or hasher.digest()[:16] != base.tail_span:
+    hasher.update(memoryview(data)[:cut])
+    after = verify_chain(data[cut:], key=key, prev_h=h.hex())
+    if (
+        len(data) != base.offset - block_off
+        or hasher.digest()[:16] != base.last_span
+        or after.problems
+        or after.head != base.head
+    ):
         raise SnapshotError("the log changed under the message records it extends")
+    hasher.update(memoryview(data)[cut:])
     return hasher, base.offset
 
 

@@ -15,7 +15,7 @@ Invariants:
   digest* (:func:`span_hasher`; hashed from bytes the chain vouched for when the records were
   written), it ends in a newline and its seq and tokens equal the record's. A full block's
   digest is in its last record; the last block, when partial, has its digest in the snapshot
-  (over its bytes up to the snapshot's line end, see ``IndexSource.tail_span``). Anything else raises :class:`CorruptLogError` naming the first
+  (to its last record's line end, see ``IndexSource.last_span``). Anything else raises :class:`CorruptLogError` naming the first
   message whose line no longer checks (found line by line against the chain once a digest
   failed): the log changed before the snapshot's line, which ``verify`` reports; the index
   never serves bytes the chain did not vouch for.
@@ -81,12 +81,11 @@ def fill_spans(
     log_start: int,
     key: bytes,
     carry: tuple[Any, int] | None,
-    log_end: int,
 ) -> bytes:
     """Write the span digests of the blocks ``records`` (packed, ordinals ``first`` on) end
     into their last records, in place, from ``log`` (the log from byte ``log_start``: every
     byte it gives them must be vouched for by the chain); return the span digest of the
-    partial block they leave (to ``log_end``, the snapshot's line end; empty: none).
+    partial block they leave (to its last record's line end; empty: none).
     ``carry`` is the hasher of the partial block ``first`` continues, with the offset its
     bytes run to (None: ``first`` starts a block).
 
@@ -107,7 +106,7 @@ def fill_spans(
             raise ValueError("a block is continued without its hasher")
         last = min(i + BLOCK - ordinal % BLOCK, count) - 1
         if (first + last) % BLOCK != BLOCK - 1:
-            break  # the partial last block: hashed to ``log_end`` below
+            break  # the partial last block: hashed below
         record = records[last]
         end = int.from_bytes(record[8:16], "little") + int.from_bytes(record[16:20], "little")
         if not log_start <= pos <= end <= limit:
@@ -118,9 +117,11 @@ def fill_spans(
         i = last + 1
     if hasher is None:
         return b""
-    if not log_start <= pos <= log_end <= limit:
-        raise ValueError(f"the snapshot's line end {log_end} is outside the bytes given")
-    hasher.update(view[pos - log_start : log_end - log_start])
+    record = records[-1]
+    end = int.from_bytes(record[8:16], "little") + int.from_bytes(record[16:20], "little")
+    if not log_start <= pos <= end <= limit:
+        raise ValueError(f"the line ending at byte {end} is outside the bytes given")
+    hasher.update(view[pos - log_start : end - log_start])
     return bytes(hasher.digest()[:16])
 
 
@@ -194,11 +195,10 @@ class IndexSource(Protocol):
     #: Where the log lives, for error messages.
     where: str
     hash_key: bytes
-    #: Records there are, the partial last block's span digest (empty: the last block is
-    #: full) and the log offset it runs to.
+    #: Records there are, and the partial last block's span digest (empty: the last block
+    #: is full), over its bytes to its last record's line end.
     count: int
-    tail_span: bytes
-    tail_end: int
+    last_span: bytes
     #: Attached to every message event read (an encrypted store's opener of sealed bodies,
     #: see ``MessageAppended.message``); None: bodies are plaintext.
     opener: Callable[[MessageAppended], dict[str, Any]] | None
@@ -645,8 +645,7 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
     recs = list(RECORD.iter_unpack(source.records(base, upto - base)))
     start = recs[0][1]
     last = recs[-1]
-    partial = upto % BLOCK != 0
-    end = source.tail_end if partial else last[1] + last[2]
+    end = last[1] + last[2]
     data = source.read(start, end - start)
     view = memoryview(data)
     size = len(data)
@@ -658,7 +657,7 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
             b = block_end[1] + block_end[2] - start
             want = block_end[7]
         else:
-            b, want = end - start, source.tail_span
+            b, want = end - start, source.last_span
         hasher = fresh.copy()
         hasher.update(view[a:b])
         if b > size or hasher.digest()[:16] != want:

@@ -16,8 +16,7 @@ class _Damaged:
     where = "test"
     hash_key = b""
     count = 0
-    tail_span = b""
-    tail_end = 0
+    last_span = b""
     opener: Any = None
 
     def __init__(self, events: list[MessageAppended]) -> None:
