@@ -40,7 +40,7 @@ import anyio.to_thread
 
 from ._errors import StorageError
 from ._events import HELD_LINE, MessageAppended
-from ._fold import SessionState, apply
+from ._fold import SessionState, apply, withheld
 from ._writeapi import CompactionResult, Draft
 from ._writerbase import LogArgs, LogBase, SessionIO, WriterBase
 
@@ -162,7 +162,11 @@ class AsyncSessionLog(LogBase):
         if isinstance(staged, int):
             return staged
         event = staged.event
-        if self.settle is not None and event.__class__ is MessageAppended:
+        if (
+            self.settle is not None
+            and event.__class__ is MessageAppended
+            and not withheld(self.state)
+        ):
             event.__dict__[HELD_LINE] = staged.line  # what settling compares (see ``_writer``)
         self.io.append(staged.line)
         apply(self.state, event)

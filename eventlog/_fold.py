@@ -393,3 +393,12 @@ def fold_decoded(
     state = fold(header, decoded.events, state)
     state.head = decoded.head
     return state
+
+
+def withheld(state: SessionState) -> bool:
+    """Whether a session's state withholds content (erased, redacted): its snapshots keep
+    the messages as the fold left them (format 2), not as offsets into the log lines, which
+    still hold what the fold withheld. A sealed session with nothing withheld gets index
+    snapshots: its lines open (or read back as withheld) when they are read. Such a state
+    never settles, so its writer keeps no line with its events (see ``HELD_LINE``)."""
+    return bool(state.erased_upto) or bool(state.redacted)

@@ -34,7 +34,7 @@ from ._codec import Decoded
 from ._errors import CorruptLogError, EventLogError, SessionNotFoundError
 from ._events import Header
 from ._fileindex import IndexFiles
-from ._fold import SessionState, fold_decoded
+from ._fold import SessionState, fold_decoded, withheld
 from ._indexsnap import (
     FORMAT3_MAGIC,
     FileColdIds,
@@ -494,11 +494,3 @@ def _at_anchor(state: SessionState, anchor: Anchor) -> None:
     after it yet), which a snapshot does not anchor on; opening reads that header again."""
     if state.seq == anchor.seq:
         state.head = anchor.head
-
-
-def withheld(state: SessionState) -> bool:
-    """Whether a session's state withholds content (erased, redacted): its snapshots keep
-    the messages as the fold left them (format 2), not as offsets into the log lines, which
-    still hold what the fold withheld. A sealed session with nothing withheld gets index
-    snapshots: its lines open (or read back as withheld) when they are read."""
-    return bool(state.erased_upto) or bool(state.redacted)

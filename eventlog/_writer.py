@@ -40,7 +40,7 @@ import msgspec
 from ._codec import encode_line
 from ._errors import InvalidEventError, StorageError
 from ._events import HELD_LINE, KnownEvent, MessageAppended
-from ._fold import apply
+from ._fold import apply, withheld
 from ._writeapi import CompactionResult, Draft, message_draft, new_event_id
 from ._writerbase import (
     DURABILITIES,
@@ -205,9 +205,14 @@ class SessionLog(LogBase):
 
     def _write_line(self, event: KnownEvent, line: bytes) -> int:
         io = self.io
-        if self.settle is not None and event.__class__ is MessageAppended:
+        if (
+            self.settle is not None
+            and event.__class__ is MessageAppended
+            and not withheld(self.state)
+        ):
             # The bytes it hashed: settling compares the log's line with them (a span digest
             # is hashed only from bytes the chain vouched for), then the event leaves memory.
+            # (An erased or redacted session never settles: its events stay, without them.)
             event.__dict__[HELD_LINE] = line
         if self.durability == "always":
             before = io.size()

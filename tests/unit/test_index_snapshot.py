@@ -747,3 +747,54 @@ def test_an_extension_checks_the_lines_after_the_last_message_on_the_chain(
     assert not store.write_snapshot(KEY).written
     with pytest.raises(CorruptLogError):
         store.write_snapshot(KEY)
+
+
+def _sealed(tmp_path: Path) -> FileStore:
+    return FileStore(
+        tmp_path / "s",
+        durability="none",
+        key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"),
+    )
+
+
+def test_a_redacted_sessions_writer_keeps_no_line_with_its_events(tmp_path: Path) -> None:
+    """A settling writer keeps each message's line until it settles; a redacted (or erased)
+    session never settles, so its writer keeps its events without their lines (they were
+    about a fifth of its memory, for nothing)."""
+    from sessionledger.eventlog._events import HELD_LINE
+
+    store = _sealed(tmp_path)
+    with store.session(KEY) as w:
+        for i in range(10):
+            w.append_message("user", f"secret {i}")
+        assert all(HELD_LINE in m.__dict__ for m in w.state.messages.in_memory)
+    store.redact(KEY, 3)
+    with store.session(KEY) as w:
+        for i in range(10):
+            w.append_message("user", f"more {i}")
+        assert len(w.state.messages.in_memory) == 20
+        assert not any(HELD_LINE in m.__dict__ for m in w.state.messages.in_memory[10:])
+
+
+@pytest.mark.anyio
+async def test_a_redacted_sessions_async_writer_keeps_no_line_with_its_events(
+    tmp_path: Path,
+) -> None:
+    from sessionledger.eventlog import AsyncFileStore
+    from sessionledger.eventlog._events import HELD_LINE
+
+    store = _sealed(tmp_path)
+    with store.session(KEY) as w:
+        w.append_message("user", "secret")
+    store.redact(KEY, 1)
+    astore = AsyncFileStore(
+        tmp_path / "s",
+        durability="none",
+        key_provider=LocalKeyFile(tmp_path / "keys" / "master.key"),
+    )
+    async with await astore.session(KEY) as aw:
+        for i in range(5):
+            await aw.append_message("user", f"more {i}")
+        held = aw.state.messages.in_memory
+        assert len(held) == 6 and not any(HELD_LINE in m.__dict__ for m in held)
+    await astore.close()
