@@ -428,10 +428,10 @@ def run(
 
 
 def close_connection(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-    """Close ``conn`` (errors ignored), first dropping what :func:`run` keeps on it: its
-    cursor refers back to it, a cycle only the cyclic garbage collector would free (every new
-    store object's connection, cursor, adapters and loaders: about a hundred objects per CLI
-    run), where the connection alone is freed as soon as it is dropped."""
+    """Close ``conn`` (errors ignored), first dropping what :func:`run` and ``idle_ok`` keep on
+    it: its cursor refers back to it, a cycle only the cyclic garbage collector would free
+    (every new store object's connection, cursor, adapters and loaders: about a hundred
+    objects per CLI run), where the connection alone is freed as soon as it is dropped."""
     attrs = getattr(conn, "__dict__", None)
     if attrs is not None:
         for name in _CONN_ATTRS:
@@ -444,6 +444,7 @@ _CONN_ATTRS: Final = (
     "_sessionledger_cursor",
     "_sessionledger_seen",
     "_sessionledger_check",
+    "_sessionledger_poller",
 )
 
 

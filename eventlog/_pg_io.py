@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -436,27 +437,26 @@ class _PgIO:
 
 
 def idle_ok(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
-    """Whether a pooled connection looks usable: open, and not ended by the server while it
-    was idle (a restart, ``pg_terminate_backend``): using such a one would only fail after
-    the statement was sent.
+    """Whether a pooled connection looks usable: open, and nothing arrived while it was idle.
 
-    Reads what arrived on the socket with libpq (``consume_input``: non-blocking, and it keeps
-    the GIL, where a ``poll`` hands the interpreter to another thread on every append).
-    Twice: a server that ended the session sent its FATAL message, then closed the socket;
-    the first read takes the message, the second meets the closed socket.
+    A pool connection never LISTENs, so input while idle means the server ended the session
+    (a FATAL message, or EOF): using it would only fail after the statement was sent. (Reading
+    with libpq's ``consume_input`` instead, which keeps the GIL, saw the end only once the
+    socket was closed, which can come well after the FATAL message: a poll sees the message.)
     """
     if conn.closed or conn.broken:
         return False
-    pgconn = conn.pgconn
     try:
-        pgconn.consume_input()
-        pgconn.consume_input()
-    except Exception:  # psycopg.OperationalError: the server closed the connection
+        # One poller per connection (its socket does not change while it is open).
+        poller: Any = getattr(conn, "_sessionledger_poller", None)
+        if poller is None:
+            poller = select.poll()
+            poller.register(conn.pgconn.socket, select.POLLIN)
+            with contextlib.suppress(AttributeError):
+                conn._sessionledger_poller = poller  # type: ignore[attr-defined]
+        return not poller.poll(0)
+    except (OSError, ValueError):
         return False
-    return bool(pgconn.status == _CONNECTION_OK)
-
-
-_CONNECTION_OK = 0  # psycopg.pq.ConnStatus.OK (psycopg is imported lazily)
 
 
 def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
