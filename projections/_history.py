@@ -39,7 +39,7 @@ and decrypts only what the result needs, plus a few before it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from sessionledger.eventlog import (
@@ -115,47 +115,93 @@ def attachment_hints(message: Mapping[str, Any]) -> list[str]:
     return blocks
 
 
-def _build(event: MessageAppended, include_timestamps: bool) -> tuple[Entry, int] | None:
-    """Rule 4 for one message: its entry and charged tokens, or None when it is skipped."""
-    message = event.message
-    if message.get("_command") or message.get(WITHHELD):
-        return None  # a command, or the placeholder of erased or redacted content
-    item = message.get(AGENTS_ITEM_KEY)  # sdk_item, inlined: this runs for every message
-    if item is not None and isinstance(item, dict):
-        return dict(item), event.tokens  # an Agents SDK item goes to the model as it is
-    role = message.get("role")
-    content = message.get("content", "")
+#: What a message's keys say about how it is built (see :func:`_shape`).
+_MAY_SKIP: Final = 1  # ``_command``, ``_withheld`` or ``_agents_item``: skipped, or an SDK item
+_USER_EXTRAS: Final = 2  # ``media``, ``cli_apps`` or ``mcp_presets``: a user turn's text grows
+_KEEPS_EMPTY: Final = 4  # one of _KEEPS_EMPTY_ASSISTANT: an empty assistant entry is kept
+
+Shape = tuple[int, tuple[str, ...]]
+
+
+def _shape(keys: tuple[Any, ...]) -> Shape:
+    """The flags above for a message with ``keys``, and its keys of :data:`_KEPT_KEYS`, in
+    that order (an entry's keys come in that order whatever the message's order)."""
+    flags = 0
+    if "_command" in keys or WITHHELD in keys or AGENTS_ITEM_KEY in keys:
+        flags |= _MAY_SKIP
+    if "media" in keys or "cli_apps" in keys or "mcp_presets" in keys:
+        flags |= _USER_EXTRAS
+    if any(key in keys for key in _KEEPS_EMPTY_ASSISTANT):
+        flags |= _KEEPS_EMPTY
+    return flags, tuple(key for key in _KEPT_KEYS if key in keys)
+
+
+def _user_extras(message: dict[str, Any], content: str) -> tuple[str, int]:
+    """A user turn's text with its image breadcrumbs and attachment hints, and the UTF-8
+    bytes they added (rule 4)."""
     added = 0
-    if role == "assistant":
-        if isinstance(content, str):
-            content = sanitize_assistant_text(content)
-            if not content and not any(k in message for k in _KEEPS_EMPTY_ASSISTANT):
-                return None
-    elif role == "user" and isinstance(content, str):
-        media = message.get("media")
-        if isinstance(media, list) and media:
-            crumbs = "\n".join(image_breadcrumb(p) for p in media if isinstance(p, str) and p)
-            if content:
-                added += 1 + _utf8_len(crumbs)
-                content = f"{content}\n{crumbs}"
-            else:
-                added += _utf8_len(crumbs)
-                content = crumbs
-        if "cli_apps" in message or "mcp_presets" in message:
-            for hint in attachment_hints(message):
-                added += (1 if content else 0) + _utf8_len(hint)
-                content = f"{content}\n{hint}" if content else hint
-        if include_timestamps:
-            timestamp = message.get("timestamp")
-            if timestamp:
-                prefix = f"[Message Time: {timestamp}]\n"
-                added += _utf8_len(prefix)
-                content = prefix + content
-    entry: Entry = {"role": role, "content": content}
-    for key in _KEPT_KEYS:
-        if key in message:
+    media = message.get("media")
+    if isinstance(media, list) and media:
+        crumbs = "\n".join(image_breadcrumb(p) for p in media if isinstance(p, str) and p)
+        if content:
+            added += 1 + _utf8_len(crumbs)
+            content = f"{content}\n{crumbs}"
+        else:
+            added += _utf8_len(crumbs)
+            content = crumbs
+    if "cli_apps" in message or "mcp_presets" in message:
+        for hint in attachment_hints(message):
+            added += (1 if content else 0) + _utf8_len(hint)
+            content = f"{content}\n{hint}" if content else hint
+    return content, added
+
+
+def _entries(
+    events: Iterable[MessageAppended], include_timestamps: bool
+) -> Iterator[tuple[Entry, int] | None]:
+    """Rule 4, message by message: each one's entry and charged tokens, or None when it is
+    skipped. Lazy: a message is opened only when its entry is asked for.
+
+    Which of the rule's keys a message has is looked up once per distinct key tuple (the
+    messages of a conversation come in a handful of shapes), not key by key per message."""
+    shapes: dict[tuple[Any, ...], Shape] = {}
+    for event in events:
+        message = event.message
+        keys = tuple(message)
+        shape = shapes.get(keys)
+        if shape is None:
+            shape = shapes[keys] = _shape(keys)
+        flags, kept = shape
+        if flags & _MAY_SKIP:
+            if message.get("_command") or message.get(WITHHELD):
+                yield None  # a command, or the placeholder of erased or redacted content
+                continue
+            item = message.get(AGENTS_ITEM_KEY)
+            if item is not None and isinstance(item, dict):
+                yield dict(item), event.tokens  # an Agents SDK item goes to the model as it is
+                continue
+        role = message.get("role")
+        content = message.get("content", "")
+        added = 0
+        if role == "assistant":
+            if isinstance(content, str):
+                content = sanitize_assistant_text(content)
+                if not content and not flags & _KEEPS_EMPTY:
+                    yield None
+                    continue
+        elif role == "user" and isinstance(content, str):
+            if flags & _USER_EXTRAS:
+                content, added = _user_extras(message, content)
+            if include_timestamps:
+                timestamp = message.get("timestamp")
+                if timestamp:
+                    prefix = f"[Message Time: {timestamp}]\n"
+                    added += _utf8_len(prefix)
+                    content = prefix + content
+        entry: Entry = {"role": role, "content": content}
+        for key in kept:
             entry[key] = message[key]
-    return entry, event.tokens + (added + 3) // 4
+        yield entry, (event.tokens + (added + 3) // 4 if added else event.tokens)
 
 
 def _window(
@@ -227,10 +273,10 @@ def _slice_tokens(
     position of the oldest message it built (the result does not depend on anything older)."""
     kept: list[tuple[Entry, int]] = []  # newest first while collecting
     used = 0
-    j = len(messages) - 1
+    j = len(messages) - 1  # the next message to build
     overflow: tuple[Entry, int] | None = None
-    while j >= 0:
-        built = _build(messages[j], include_timestamps)
+    newest_first = _entries(reversed(messages), include_timestamps)
+    for built in newest_first:
         j -= 1
         if built is None:
             continue
@@ -252,9 +298,11 @@ def _slice_tokens(
             extra.reverse()
             return extra + kept, j + 1
         candidate = None
-        while j >= 0 and candidate is None:
-            candidate = _build(messages[j], include_timestamps)
+        for built in newest_first:
             j -= 1
+            if built is not None:
+                candidate = built
+                break
     return kept, j + 1
 
 
@@ -290,7 +338,7 @@ def history_with_tokens(
         start = legal_start(e for e, _ in out)
     else:
         window = window[legal_start(event.message for event in window) :]
-        out = [b for event in window if (b := _build(event, include_timestamps))]
+        out = [b for b in _entries(window, include_timestamps) if b is not None]
         # Rule 6 again only when an entry differs from its message where orphans are decided:
         # a message skipped, or an Agents SDK item (its entry is the item). Otherwise the
         # entries pair exactly as the messages do, which start at their legal start.

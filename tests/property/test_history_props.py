@@ -1,8 +1,8 @@
 """Properties of the LLM history over generated sessions, and a check against an eager version.
 
 The eager version is nanobot's get_history shape written out plainly (build every entry of the
-window, then slice by tokens); ``projections.history`` builds lazily from the tail and must
-give the same result.
+window with the reference rule 4 of ``history_reference``, then slice by tokens);
+``projections.history`` builds lazily from the tail and must give the same result.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from history_reference import reference_build
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,6 @@ from sessionledger.eventlog import (
     SessionState,
     fold,
 )
-from sessionledger.projections._history import _build
 
 TS = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 IDS = ("c1", "c2", "c3", "c4")
@@ -106,7 +106,7 @@ def eager(
             window = window[i - 1 if i and window[i - 1].message.get("_channel_delivery") else i :]
             break
     window = window[projections.legal_start(e.message for e in window) :]
-    out = [b for e in window if (b := _build(e, include_timestamps)) is not None]
+    out = [b for e in window if (b := reference_build(e, include_timestamps)) is not None]
     if max_tokens > 0 and out:
         kept: list[Entry] = []
         used = 0
@@ -116,11 +116,11 @@ def eager(
             kept.append(entry)
             used += entry[1]
         kept.reverse()
-        users = [i for i, (e, _) in enumerate(kept) if e["role"] == "user"]
+        users = [i for i, (e, _) in enumerate(kept) if e.get("role") == "user"]
         if users:
             kept = kept[users[0] :]
         else:
-            all_users = [i for i, (e, _) in enumerate(out) if e["role"] == "user"]
+            all_users = [i for i, (e, _) in enumerate(out) if e.get("role") == "user"]
             if all_users:
                 kept = out[all_users[-1] :]
         out = kept
