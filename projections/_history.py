@@ -55,6 +55,7 @@ from sessionledger.eventlog.preview import sanitize_assistant_text
 
 from ._orphans import legal_start
 from ._sanitize import image_breadcrumb
+from ._sdk_items import item_call
 from ._usage import context_start
 
 DEFAULT_MAX_MESSAGES: Final = 120
@@ -119,6 +120,8 @@ def attachment_hints(message: Mapping[str, Any]) -> list[str]:
 _MAY_SKIP: Final = 1  # ``_command``, ``_withheld`` or ``_agents_item``: skipped, or an SDK item
 _USER_EXTRAS: Final = 2  # ``media``, ``cli_apps`` or ``mcp_presets``: a user turn's text grows
 _KEEPS_EMPTY: Final = 4  # one of _KEEPS_EMPTY_ASSISTANT: an empty assistant entry is kept
+_CALLS: Final = 8  # ``tool_calls``: an assistant message may declare calls (rule 3)
+_ITEM: Final = 16  # ``_agents_item``: an SDK call item declares, an output item answers (rule 3)
 
 Shape = tuple[int, tuple[str, ...]]
 
@@ -133,6 +136,10 @@ def _shape(keys: tuple[Any, ...]) -> Shape:
         flags |= _USER_EXTRAS
     if any(key in keys for key in _KEEPS_EMPTY_ASSISTANT):
         flags |= _KEEPS_EMPTY
+    if "tool_calls" in keys:
+        flags |= _CALLS
+    if AGENTS_ITEM_KEY in keys:
+        flags |= _ITEM
     return flags, tuple(key for key in _KEPT_KEYS if key in keys)
 
 
@@ -156,15 +163,32 @@ def _user_extras(message: dict[str, Any], content: str) -> tuple[str, int]:
     return content, added
 
 
+class _Front:
+    """What building a whole window (oldest first) finds out on the way: where rule 3 cuts
+    (:func:`legal_start` of the messages given), and whether an entry may differ from its
+    message where orphans are decided (a message skipped, or an Agents SDK item), so that
+    rule 6 must look at the entries again."""
+
+    __slots__ = ("again", "start")
+
+    def __init__(self) -> None:
+        self.start = 0
+        self.again = False
+
+
 def _entries(
-    events: Iterable[MessageAppended], include_timestamps: bool
+    events: Iterable[MessageAppended], include_timestamps: bool, front: _Front | None = None
 ) -> Iterator[tuple[Entry, int] | None]:
     """Rule 4, message by message: each one's entry and charged tokens, or None when it is
     skipped. Lazy: a message is opened only when its entry is asked for.
 
     Which of the rule's keys a message has is looked up once per distinct key tuple (the
-    messages of a conversation come in a handful of shapes), not key by key per message."""
+    messages of a conversation come in a handful of shapes), not key by key per message.
+    With ``front``, rule 3 is decided in the same pass: :func:`legal_start`'s scan, inlined
+    (a tool result whose id no message since the last cut declared cuts after itself)."""
     shapes: dict[tuple[Any, ...], Shape] = {}
+    declared: set[str] = set()
+    position = 0
     for event in events:
         message = event.message
         keys = tuple(message)
@@ -172,6 +196,30 @@ def _entries(
         if shape is None:
             shape = shapes[keys] = _shape(keys)
         flags, kept = shape
+        role = message.get("role")
+        if front is not None:
+            position += 1
+            if role == "tool":
+                call_id = message.get("tool_call_id")
+                if call_id and str(call_id) not in declared:
+                    front.start = position
+                    declared.clear()
+            elif role == "assistant" and flags & _CALLS and message["tool_calls"]:
+                calls = message["tool_calls"]
+                if isinstance(calls, list):
+                    for call in calls:
+                        if (type(call) is dict or isinstance(call, Mapping)) and call.get("id"):
+                            declared.add(str(call["id"]))
+            elif flags & _ITEM and role != "user":
+                pair = item_call(message)
+                if pair is not None:
+                    if pair[0] == "call":
+                        declared.add(pair[1])
+                    elif pair[1] not in declared:
+                        front.start = position
+                        declared.clear()
+            if flags & _MAY_SKIP:
+                front.again = True
         if flags & _MAY_SKIP:
             if message.get("_command") or message.get(WITHHELD):
                 yield None  # a command, or the placeholder of erased or redacted content
@@ -180,13 +228,14 @@ def _entries(
             if item is not None and isinstance(item, dict):
                 yield dict(item), event.tokens  # an Agents SDK item goes to the model as it is
                 continue
-        role = message.get("role")
         content = message.get("content", "")
         added = 0
         if role == "assistant":
             if isinstance(content, str):
                 content = sanitize_assistant_text(content)
                 if not content and not flags & _KEEPS_EMPTY:
+                    if front is not None:
+                        front.again = True
                     yield None
                     continue
         elif role == "user" and isinstance(content, str):
@@ -337,13 +386,14 @@ def history_with_tokens(
             out = _slice_tokens(window[cut:], budget, include_timestamps)[0]
         start = legal_start(e for e, _ in out)
     else:
-        window = window[legal_start(event.message for event in window) :]
-        out = [b for b in _entries(window, include_timestamps) if b is not None]
-        # Rule 6 again only when an entry differs from its message where orphans are decided:
-        # a message skipped, or an Agents SDK item (its entry is the item). Otherwise the
-        # entries pair exactly as the messages do, which start at their legal start.
-        again = len(out) != len(window) or any(AGENTS_ITEM_KEY in e.message for e in window)
-        start = legal_start(e for e, _ in out) if again else 0
+        # Rules 3 and 4 in one pass (the messages before the cut are built too, then dropped).
+        front = _Front()
+        built = list(_entries(window, include_timestamps, front))
+        out = [b for b in (built[front.start :] if front.start else built) if b is not None]
+        # Rule 6 again only when an entry may differ from its message where orphans are
+        # decided: a message skipped, or an Agents SDK item (its entry is the item). Otherwise
+        # the entries pair exactly as the messages do, which start at their legal start.
+        start = legal_start(e for e, _ in out) if front.again else 0
     if start:
         out = out[start:]
     if summary is not None:

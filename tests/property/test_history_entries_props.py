@@ -13,7 +13,7 @@ from typing import Any
 from history_reference import reference_build
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_history_props import eager
+from test_history_props import eager, messages
 from test_sanitize_props import pieces
 
 from sessionledger import projections
@@ -28,7 +28,7 @@ from sessionledger.eventlog import (
     SessionState,
     fold,
 )
-from sessionledger.projections._history import _entries
+from sessionledger.projections._history import _entries, _Front
 
 TS = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 IDS = ("c1", "c2", "c3")
@@ -193,3 +193,16 @@ def test_history_of_wild_messages_equals_the_eager_reference(
 ) -> None:
     got = [_ordered(b) for b in projections.history_with_tokens(state, **kw)]
     assert got == [_ordered(b) for b in eager(state, **kw)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.lists(wild_messages(), max_size=15), conversations(), st.lists(messages(), max_size=20)
+    )
+)
+def test_the_cut_found_while_building_is_the_legal_start(msgs: list[dict[str, Any]]) -> None:
+    front = _Front()
+    built = list(_entries([_event(i, m, 5) for i, m in enumerate(msgs)], False, front))
+    assert len(built) == len(msgs)
+    assert front.start == projections.legal_start(msgs)
