@@ -366,10 +366,11 @@ def tail_bytes(rows: Sequence[tuple[Any, ...]], offset: int) -> tuple[int, bytes
 
 def notify_payload(key: str, seq: int) -> str:
     """The NOTIFY payload of an append: JSON ``[key, seq]`` (key null when too long)."""
-    payload = _json.encode([key, seq]).decode()
-    if len(payload) > 7000:  # PostgreSQL caps payloads at 8000 bytes
-        payload = _json.encode([None, seq]).decode()
-    return payload
+    payload = _json.encode([key, seq])
+    # PostgreSQL caps payloads at 8000 bytes, not characters: measured before decoding.
+    if len(payload) > 7000:
+        payload = _json.encode([None, seq])
+    return payload.decode()
 
 
 def notify_prefix(key: str) -> str:
@@ -382,7 +383,10 @@ def notify_from(prefix: str, key: str, seq: int) -> str:
     """:func:`notify_payload` of ``key`` and ``seq``, ``prefix`` being its
     :func:`notify_prefix`."""
     payload = f"{prefix}{seq}]"
-    return payload if len(payload) <= 7000 else notify_payload(key, seq)
+    # The cap is in bytes; a character is at most 4 of them (no encoding for a short key).
+    if len(payload) <= 1750 or len(payload.encode()) <= 7000:
+        return payload
+    return notify_payload(key, seq)
 
 
 def run(

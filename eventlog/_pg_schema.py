@@ -318,8 +318,9 @@ class SchemaVersionError(EventLogError):
 
 
 def channel_name(schema: str) -> str:
-    """The LISTEN/NOTIFY channel of a schema's appends."""
-    return f"sessionlog_{schema}"[:63]
+    """The LISTEN/NOTIFY channel of a schema's appends: at most 63 bytes of UTF-8, cut on a
+    character boundary (pg_notify refuses a longer name; a cut by characters let one through)."""
+    return f"sessionlog_{schema}".encode()[:63].decode(errors="ignore")
 
 
 def schema_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:

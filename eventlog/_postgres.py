@@ -118,6 +118,9 @@ class PostgresStore(BaseStore):
         require_psycopg()
         if not isinstance(schema, str) or not schema or len(schema) > 40:
             raise InvalidEventError(f"schema must be 1 to 40 characters, not {schema!r}")
+        if len(schema.encode()) > 63:
+            # PostgreSQL cuts a longer name to 63 bytes: two names alike in those would be one.
+            raise InvalidEventError(f"schema must be at most 63 bytes of UTF-8, not {schema!r}")
         if "%" in schema or "\x00" in schema:
             # psycopg reads a '%' in any statement sent with parameters as a placeholder (the
             # schema's name is in every statement); PostgreSQL names cannot hold a NUL.

@@ -1042,6 +1042,54 @@ def test_appends_notify_only_when_somebody_follows(make_pg: StoreFactory, dsn: s
     assert rows == (0,)
 
 
+def test_a_followed_session_with_a_long_non_ascii_key_takes_appends(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """The NOTIFY payload was cut to the null key by its length in characters (7,000), where
+    PostgreSQL caps it at 8,000 bytes: a key of 2,700 three-byte characters made every append
+    to a followed session fail ('payload string too long'), and only while it was followed."""
+    pg = make_pg()
+    key = "telegram:" + "\u4f60" * 2700  # 8,109 bytes of UTF-8, 2,709 characters
+    w = pg.session(key)
+    w.append_message("user", "before anyone follows")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{pg._sql.channel}"')
+        waker = pg.follow_waker(key)
+        try:
+            assert w.append_message("user", "followed") == 2
+            got = next(listener.notifies(timeout=5, stop_after=1))
+        finally:
+            waker.close()
+    assert msgspec.json.decode(got.payload) == [None, 2]  # too long to send: any follower wakes
+    assert pg.state(key).seq == 2
+
+
+def test_a_followed_session_in_a_schema_with_a_long_non_ascii_name_takes_appends(
+    make_pg: StoreFactory, dsn: str
+) -> None:
+    """The channel name was cut to 63 characters, where pg_notify takes at most 63 bytes: in a
+    schema named with 18 three-byte characters (allowed: 40 characters) every append to a
+    followed session failed ('channel name too long')."""
+    pg = make_pg(schema="r18\u6d4b" + "\u6d4b" * 17)
+    try:
+        w = pg.session("a:1")
+        w.append_message("user", "before anyone follows")
+        waker = pg.follow_waker("a:1")
+        try:
+            assert w.append_message("user", "followed") == 2
+        finally:
+            waker.close()
+        assert pg.state("a:1").seq == 2
+    finally:
+        pg.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    psycopg.sql.Identifier(pg.schema)
+                )
+            )
+
+
 def test_a_dead_followers_row_is_pruned(make_pg: StoreFactory, dsn: str) -> None:
     pg = make_pg()
     pg.session("n:3")

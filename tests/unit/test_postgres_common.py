@@ -27,6 +27,7 @@ from sessionledger.eventlog._pg_common import (
 from sessionledger.eventlog._pg_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
+    channel_name,
     check_prefix,
     with_check,
 )
@@ -103,6 +104,13 @@ def test_a_writers_notify_payload_is_notify_payload(key: str, seq: int) -> None:
 def test_notify_payload_and_event_row() -> None:
     assert msgspec.json.decode(notify_payload("a:b", 3)) == ["a:b", 3]
     assert msgspec.json.decode(notify_payload("k" * 9000, 3)) == [None, 3]
+    # PostgreSQL's cap is in bytes: 2,700 three-byte characters are 8,100 bytes
+    long = "\u4f60" * 2700
+    assert msgspec.json.decode(notify_payload(long, 3)) == [None, 3]
+    short = "\u4f60" * 2000
+    assert msgspec.json.decode(notify_payload(short, 3)) == [short, 3]
+    for key in (long, short, "\u4f60" * 2330, "\u4f60" * 2331, "\U0001f600" * 1749):
+        assert notify_from(notify_prefix(key), key, 99) == notify_payload(key, 99)
     line = b'{"type":"message","seq":4,"ts":"2026-01-01T00:00:00Z","id":"e1","message":{}}'
     assert event_row(line) == (4, "e1", "message")
     assert text(None) is None and text("a\x00b") == "a\ufffdb"
@@ -171,6 +179,24 @@ def test_store_refuses_a_schema_name_psycopg_cannot_carry_before_connecting(sche
     pytest.importorskip("psycopg")
     with pytest.raises(InvalidEventError, match="schema"):
         PostgresStore("postgresql://nobody@127.0.0.1:1/x", schema=schema, connect_timeout=0.5)
+
+
+def test_store_refuses_a_schema_name_postgresql_would_cut_before_connecting() -> None:
+    """PostgreSQL cuts a name to 63 bytes: two schema names of 22 three-byte characters that
+    differ in the last were one schema (a store on one saw the other's sessions)."""
+    pytest.importorskip("psycopg")
+    with pytest.raises(InvalidEventError, match="63 bytes"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/x", schema="\u6d4b" * 21 + "a")
+
+
+@pytest.mark.parametrize("schema", ["s", "a" * 40, "\u6d4b" * 17, "\u6d4b" * 18, "\u6d4b" * 21])
+def test_the_notify_channel_fits_postgresqls_63_bytes(schema: str) -> None:
+    """pg_notify refuses a channel name of 64 bytes or more ('channel name too long'): cut
+    by characters, a schema of 18 three-byte characters made every followed append fail."""
+    name = channel_name(schema)
+    assert len(name.encode()) <= 63
+    assert name == f"sessionlog_{schema}" or len(f"sessionlog_{schema}".encode()) > 63
+    assert f"sessionlog_{schema}".startswith(name)
 
 
 def test_import_eventlog_does_not_import_psycopg() -> None:
