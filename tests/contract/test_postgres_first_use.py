@@ -4,6 +4,8 @@ at once, and the connection left clean (adversarial review of the first-use chec
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 import time
 import uuid
@@ -220,6 +222,71 @@ def test_idle_ok_sees_a_connection_the_server_ended_while_it_was_idle(dsn: str) 
         assert not idle_ok(conn)
         assert not idle_ok(conn)
         conn.close()
+
+
+class _HoldingProxy:
+    """A TCP proxy to the server that, once the server closes its side, keeps the client's
+    side open until released: what a client sees between a terminated backend's FATAL
+    message and its closed socket (a window of microseconds, wider under load)."""
+
+    def __init__(self, dsn: str) -> None:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        self._to = (str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
+        self._listen = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listen.getsockname()[1])
+        self.server_closed = threading.Event()
+        self.release = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        client, _ = self._listen.accept()
+        upstream = socket.create_connection(self._to)
+        with client, upstream, self._listen:
+            while True:
+                ready, _, _ = select.select([client, upstream], [], [], 0.05)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        if sock is upstream:
+                            self.server_closed.set()
+                            self.release.wait(30)
+                        return
+                    (upstream if sock is client else client).sendall(data)
+
+    def close(self) -> None:
+        self.release.set()
+        self._thread.join(10)
+
+
+def test_idle_ok_sees_a_fatal_message_before_the_socket_closes(dsn: str) -> None:
+    """The server's FATAL message arrived, its closed socket not yet (the backend still
+    exiting): the check must say the connection is ended. With 8ceca0c's two consume_input
+    reads it said usable (the message only buffered, the socket open), and the statement went
+    to an ended session (an append: a CommitUnknownError); held open by a proxy here, the
+    window is certain rather than a matter of load."""
+    from sessionledger.eventlog import PostgresStore
+    from sessionledger.eventlog._pg_io import idle_ok
+
+    proxy = _HoldingProxy(dsn)
+    pg = PostgresStore(
+        f"host=127.0.0.1 port={proxy.port} dbname=test user=postgres sslmode=disable",
+        schema=f"t_{uuid.uuid4().hex[:12]}",
+    )
+    try:
+        conn = pg._getconn()  # the store's own connection (through the proxy)
+        pg._putconn(conn)
+        assert idle_ok(conn)
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        assert proxy.server_closed.wait(10)
+        time.sleep(0.05)  # the FATAL message is on the client's socket, the socket still open
+        assert not idle_ok(conn)
+    finally:
+        proxy.close()
+        pg.close()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{pg.schema}" CASCADE')
 
 
 def test_a_connection_dropped_in_the_first_pipeline_is_not_lent_again(
