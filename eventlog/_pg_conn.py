@@ -1,11 +1,11 @@
 """The PostgreSQL store's connections: its own first connection, then a pool, per process.
 
 Rules:
-- The first connection (made when the store is, so a bad DSN fails fast and clearly) stays
-  the store's own: a store used by one thread at a time (a CLI run, a single agent) connects
-  once and never starts the pool's threads. The pool opens, with its own connections, when
-  every connection the store holds is busy; with it, at most ``pool_size`` connections (2 for
-  ``pool_size=1``).
+- The first connection (made as the store's last step, so a bad DSN fails fast and clearly,
+  and a refused argument opens none) stays the store's own: a store used by one thread at a
+  time (a CLI run, a single agent) connects once and never starts the pool's threads. The
+  pool opens, with its own connections, when every connection the store holds is busy; with
+  it, at most ``pool_size`` connections (2 for ``pool_size=1``).
 - A connection taken from the pool is kept by the store once given back (idle, beside its
   own) and lent again from there, newest first; it goes back to the pool only when it is
   unusable or the store closes. The pool's checkout and return cost each append about as
@@ -87,17 +87,12 @@ class PgConnections:
         self._mutex = threading.RLock()
         #: Whether the schema was found current (or migrated): see the module's rules.
         self.checked = False
-        conn = target.connect()
-        try:
-            self.configure(conn)
-        except Exception as exc:
-            conn.close()
-            raise translate(exc, self.where, "connect") from exc
-        #: The connections the store holds that are not lent out, the own one and those
-        #: taken from the pool (a list: pop and append are atomic across threads), and which
-        #: one is the own connection (closed, never given to the pool).
-        self._idle: list[Conn] = [conn]
-        self._own: Conn | None = conn
+        #: The connections the store holds that are not lent out, the own one (made by
+        #: :meth:`connect`) and those taken from the pool (a list: pop and append are atomic
+        #: across threads), and which one is the own connection (closed, never given to the
+        #: pool).
+        self._idle: list[Conn] = []
+        self._own: Conn | None = None
         #: Guards ``_idle`` and ``_waiting``, the threads waiting on the pool for a connection.
         self._idle_lock = threading.Lock()
         self._waiting = 0
@@ -113,6 +108,17 @@ class PgConnections:
         self._held = threading.local()
         #: The thread each lent connection was lent to (by the connection's id).
         self._lent: dict[int, int] = {}
+
+    def connect(self) -> None:
+        """Make the own connection (once, as the store's last step: see ``PostgresStore``)."""
+        conn = self.target.connect()
+        try:
+            self.configure(conn)
+        except Exception as exc:
+            conn.close()
+            raise translate(exc, self.where, "connect") from exc
+        self._own = conn
+        self._idle.append(conn)
 
     def configure(self, conn: Conn) -> None:
         """Set up a new connection (``durability="none"``: commits without waiting on the WAL

@@ -1539,3 +1539,26 @@ def test_a_listed_row_is_reused_until_its_session_changes(make_pg: StoreFactory)
     changed = list_sessions(pg)
     assert changed[0] is not first[0]
     assert (changed[0].seq, changed[0].messages) == (first[0].seq + 1, 2)
+
+
+def test_a_refused_argument_opens_no_connection(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store connects as its last step: an argument it refuses never reaches the server
+    (it connected first, then closed the connection)."""
+    from sessionledger.eventlog import InvalidEventError
+    from sessionledger.eventlog._pg_common import PgTarget
+
+    connects: list[object] = []
+    real_connect = PgTarget.connect
+
+    def counting(self: PgTarget, *args: Any, **kwargs: Any) -> Any:
+        connects.append(self)
+        return real_connect(self, *args, **kwargs)
+
+    monkeypatch.setattr(PgTarget, "connect", counting)
+    with pytest.raises(InvalidEventError):
+        PostgresStore(dsn, schema=schema, hash_key="")  # an empty secret is refused
+    assert connects == []
+    PostgresStore(dsn, schema=schema).close()
+    assert len(connects) == 1

@@ -310,7 +310,7 @@ def bench_pg_list(ctx: Context) -> list[Row]:
                 )
             )
         query, params = catalog_query(name, CatalogFilter(limit=20))
-        fresh = _fresh_listing(server, name, query, params, max(ctx.runs, 41))
+        fresh = _fresh_listing(server, name, query, params, max(ctx.runs, 61))
         rows.append(
             Row(
                 "pg-list",
