@@ -18,8 +18,10 @@ Rules:
   the statement never runs against a schema it was not written for; any other first use
   checks in a query of its own when the connection is lent. A newer schema raises
   ``SchemaVersionError`` there, and nothing is changed.
-- A thread waiting on an exhausted pool while the own connection is lent out looks at the
-  idle list every 50 ms: the own connection given back reaches it (the pool cannot take it).
+- The own connection given back while a thread waits on the pool is closed, and the pool
+  may hold one more (it connects one, which goes to the first thread waiting): a thread
+  blocked in the pool's ``getconn`` never saw the own connection in the idle list, and the
+  pool cannot take a connection it did not make.
 - A connection the server ended while idle was sent nothing: it is dropped, another lent.
 - Each thread's lent connections are known (newest last): a lazy read made while a thread
   holds one (a preview computed in an append reads message bodies) runs on it
@@ -36,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -62,9 +63,6 @@ def _idle_status(conn: Conn) -> bool:
         conn.rollback()
     return bool(conn.pgconn.transaction_status == _IDLE)
 
-
-#: How long a thread waiting on the pool waits before looking for the own connection.
-_POOL_SLICE = 0.05
 
 _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (an IntEnum; psycopg is imported lazily)
 
@@ -289,7 +287,7 @@ class PgConnections:
                         pool.open()
                         self.pool_open = True
             for _ in range(4):
-                conn = self._wait_pool(pool)
+                conn = pool.getconn()
                 if idle_ok(conn):
                     return conn
                 # The server ended this session while it sat in the pool: nothing was sent
@@ -297,38 +295,11 @@ class PgConnections:
                 with contextlib.suppress(Exception):
                     conn.close()
                 self.putconn(conn)
-            return self._wait_pool(pool)
+            return pool.getconn()
         except Exception as exc:
             if self.closed:
                 raise StoreClosedError("the store is closed") from exc
             raise translate(exc, self.where, "connect") from exc
-
-    def _wait_pool(self, pool: psycopg_pool.ConnectionPool[Conn]) -> Conn:
-        """A connection from ``pool``, or the own connection when it is given back first.
-
-        Given back while this thread waits, the own connection goes to the idle list (the pool
-        cannot take it), where a thread blocked in the pool's ``getconn`` never saw it: it
-        waited for the pool's timeout and failed while the own connection sat idle. So while
-        the own connection is lent out, the pool is waited on in slices, the idle list looked
-        at between them."""
-        if self._own is None:
-            return pool.getconn()
-        import psycopg_pool
-
-        deadline = time.monotonic() + pool.timeout
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return pool.getconn(timeout=max(min(left, _POOL_SLICE), 0.001))
-            except psycopg_pool.PoolTimeout:
-                with self._idle_lock:
-                    conn = self._idle.pop() if self._idle else None
-                if conn is not None:
-                    return conn
-                if left <= _POOL_SLICE:
-                    raise psycopg_pool.PoolTimeout(
-                        f"couldn't get a connection after {pool.timeout:.2f} sec"
-                    ) from None
 
     def putconn(self, conn: Conn) -> None:
         """Give back a connection :meth:`getconn` lent."""
@@ -344,11 +315,32 @@ class PgConnections:
         if not self.closed and not conn.closed and not conn.broken and _idle_status(conn):
             with self._idle_lock:
                 # closed looked at again under the lock: close() may have emptied the list
-                if not self.closed and (not self._waiting or conn is self._own):
+                if not self.closed and (
+                    not self._waiting or (conn is self._own and not self.pool_open)
+                ):
                     self._idle.append(conn)
                     return
+            if conn is self._own:
+                self._retire_own()
+                return
             # Another thread waits on the pool: the pool lends it this one.
         self._drop(conn)  # store closed, lost or left mid-transaction, or wanted by the pool
+
+    def _retire_own(self) -> None:
+        """The own connection came back while a thread waits on the open pool: close it and
+        let the pool hold one more instead, which it connects at once and gives to the first
+        thread waiting (in their order). Lent from the idle list, the own connection never
+        reached a thread blocked in the pool's ``getconn``: it waited for the pool's timeout
+        and failed while the own connection sat idle."""
+        with self._mutex:
+            own = self._own
+            if own is None:
+                return
+            self._drop(own)
+            pool = self._pool
+            if pool is not None and self.pool_open and not self.closed:
+                with contextlib.suppress(Exception):
+                    pool.resize(pool.min_size + 1, pool.max_size + 1)
 
     def _drop(self, conn: Conn) -> None:
         """Stop holding ``conn``: the own connection is closed, a pooled one goes back to the

@@ -1403,9 +1403,10 @@ def test_a_connection_given_back_goes_to_a_thread_waiting_on_the_pool(
 def test_the_own_connection_given_back_goes_to_a_thread_waiting_on_the_pool(
     make_pg: StoreFactory,
 ) -> None:
-    """The own connection given back while a thread waits on an exhausted pool must reach
+    """The own connection given back while a thread waits on an exhausted pool must serve
     that thread: it waited for the pool's timeout (2 s here), then failed with a
-    StorageError while the own connection sat idle."""
+    StorageError while the own connection sat idle. Now the own connection is closed and the
+    pool may make one more, which goes to the waiting thread (never more than pool_size)."""
     pg = make_pg(pool_size=2, connect_timeout=1.0)  # the own connection and one pooled
     own = pg._getconn()
     pooled = pg._getconn()
@@ -1417,9 +1418,42 @@ def test_the_own_connection_given_back_goes_to_a_thread_waiting_on_the_pool(
     started = time.monotonic()
     pg._putconn(own)
     waiter.join(timeout=8)
-    assert got == [own] and time.monotonic() - started < 1.5
+    assert len(got) == 1 and time.monotonic() - started < 1.5
+    assert own.closed and pg._db._own is None and got[0] is not pooled
+    assert got[0].execute("SELECT 1").fetchone() == (1,)
     pg._putconn(got[0])
     pg._putconn(pooled)
+    held = [pg._getconn(), pg._getconn()]  # still at most pool_size connections
+    assert pg._db._pool is not None and pg._db._pool.max_size == 2
+    for conn in held:
+        pg._putconn(conn)
+
+
+def test_threads_waiting_on_the_pool_are_served_in_their_order(make_pg: StoreFactory) -> None:
+    """Oversubscribed (24 threads, 3 connections, each held 10 ms), no lend may wait far
+    beyond its turn: a waiter that gave up its place in the pool's queue every 50 ms to look
+    for the own connection waited up to seven times the others' longest wait."""
+    pg = make_pg(pool_size=3)
+    pg.ensure_schema()
+    waits: list[float] = []
+    stop = time.monotonic() + 2.0
+
+    def worker() -> None:
+        while time.monotonic() < stop:
+            started = time.monotonic()
+            conn = pg._getconn()
+            waits.append(time.monotonic() - started)
+            time.sleep(0.010)
+            pg._putconn(conn)
+
+    threads = [threading.Thread(target=worker) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    waits.sort()
+    median = waits[len(waits) // 2]
+    assert waits[-1] < 3 * median + 0.15, (median, waits[-1])
 
 
 def test_a_lend_racing_close_opens_no_pool_after_it(make_pg: StoreFactory) -> None:
