@@ -64,8 +64,8 @@ def span_hasher(key: bytes) -> Any:
     """A fresh hasher of span digests (copy it): SHA-256 keyed by a prefix, ``"sl-span4" ||
     u8(len(key)) || key``. A block's span digest is its first 16 bytes over the log bytes
     from the line of the block's first record (records ``k * BLOCK`` to ``k * BLOCK + BLOCK -
-    1``) to the end of its last record's line (a partial last block: to the end of the
-    snapshot's line), lines between messages included: one digest checks a block read."""
+    1``) to the end of its last record's line (a partial last block too: to its last
+    record's line end), lines between messages included: one digest checks a block read."""
     hasher = _SPAN_HASHERS.get(key)
     if hasher is None:
         hasher = hashlib.sha256(b"sl-span4" + bytes((len(key),)) + key)
@@ -108,21 +108,29 @@ def fill_spans(
         if (first + last) % BLOCK != BLOCK - 1:
             break  # the partial last block: hashed below
         record = records[last]
-        end = int.from_bytes(record[8:16], "little") + int.from_bytes(record[16:20], "little")
-        if not log_start <= pos <= end <= limit:
-            raise ValueError(f"the line ending at byte {end} is outside the bytes given")
-        hasher.update(view[pos - log_start : end - log_start])
+        _hash_to_line_end(hasher, record, pos, view, log_start, limit)
         records[last] = record[:_SPAN_AT] + hasher.digest()[:16] + record[_SPAN_END:]
         hasher = None
         i = last + 1
     if hasher is None:
         return b""
-    record = records[-1]
+    _hash_to_line_end(hasher, records[-1], pos, view, log_start, limit)
+    return bytes(hasher.digest()[:16])
+
+
+def _hash_to_line_end(
+    hasher: Any, record: bytes, pos: int, view: memoryview, log_start: int, limit: int
+) -> None:
+    """Hash the log from byte ``pos`` to the end of ``record``'s line into ``hasher``.
+
+    Raises:
+        ValueError: those bytes are not all in ``view`` (the log from ``log_start`` to
+            ``limit``).
+    """
     end = int.from_bytes(record[8:16], "little") + int.from_bytes(record[16:20], "little")
     if not log_start <= pos <= end <= limit:
         raise ValueError(f"the line ending at byte {end} is outside the bytes given")
     hasher.update(view[pos - log_start : end - log_start])
-    return bytes(hasher.digest()[:16])
 
 
 def role_and_flags(message: dict[str, Any]) -> tuple[int, int]:
