@@ -56,7 +56,9 @@ FLAG_MEDIA: Final = 4
 FLAG_TOOL_CALLS: Final = 8
 FLAG_TOOL_RESULT: Final = 16
 
-_decode_message_line = msgspec.json.Decoder(MessageAppended).decode
+_message_decoder = msgspec.json.Decoder(MessageAppended)
+_decode_message_line = _message_decoder.decode
+_decode_message_lines = _message_decoder.decode_lines
 _SPAN_HASHERS: dict[bytes, Any] = {}
 
 
@@ -671,9 +673,17 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
         if b > size or hasher.digest()[:16] != want:
             raise _diagnose(source, recs[j : j + BLOCK], data, start)
     opener = source.opener
-    out: list[MessageAppended] = []
+    wanted = recs[first - base : stop - base]
+    out = _decode_runs(wanted, data, view, start)
+    if out is not None:
+        if opener is not None:
+            for event in out:
+                event.__dict__["_open"] = opener
+        return out
+    # Something does not match: line by line, to name the first message that does not.
+    out = []
     append = out.append
-    for seq, offset, length, tokens, _role, _flags, _h, _span in recs[first - base : stop - base]:
+    for seq, offset, length, tokens, _role, _flags, _h, _span in wanted:
         a = offset - start
         b = a + length
         if data[b - 1] != 10:
@@ -687,6 +697,44 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
         if opener is not None:
             event.__dict__["_open"] = opener
         append(event)
+    return out
+
+
+def _decode_runs(
+    wanted: list[tuple[Any, ...]], data: bytes, view: memoryview, start: int
+) -> list[MessageAppended] | None:
+    """The message events of records ``wanted`` (their lines in ``data``, the log from byte
+    ``start``), decoded with one call per run of adjacent lines (lines between messages are
+    not decoded); None when anything disagrees with the records (a run's bytes do not decode
+    as that many message lines ending in a newline, or a line's seq or tokens differ), which
+    the caller then finds line by line."""
+    out: list[MessageAppended] = []
+    count = len(wanted)
+    i = 0
+    while i < count:
+        rec = wanted[i]
+        a = rec[1] - start
+        end = a + rec[2]
+        j = i + 1
+        while j < count:
+            rec = wanted[j]
+            if rec[1] - start != end:
+                break
+            end += rec[2]
+            j += 1
+        if data[end - 1] != 10:
+            return None
+        try:
+            events = _decode_message_lines(view[a:end])
+        except msgspec.DecodeError:
+            return None
+        if len(events) != j - i:
+            return None
+        out += events
+        i = j
+    for event, rec in zip(out, wanted, strict=True):
+        if event.seq != rec[0] or event.tokens != rec[3]:
+            return None
     return out
 
 

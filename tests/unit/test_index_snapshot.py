@@ -798,3 +798,55 @@ async def test_a_redacted_sessions_async_writer_keeps_no_line_with_its_events(
         held = aw.state.messages.in_memory
         assert len(held) == 6 and not any(HELD_LINE in m.__dict__ for m in held)
     await astore.close()
+
+
+def test_a_window_over_lines_between_messages_decodes_each_run_once(tmp_path: Path) -> None:
+    """A window is decoded one run of adjacent message lines at a time (metadata lines
+    between them are skipped, never decoded as messages): the same events as the log's fold,
+    in order, whatever the runs."""
+    store = FileStore(tmp_path / "s", durability="none")
+    with store.session(KEY) as w:
+        for i in range(300):
+            w.append_message("user" if i % 2 == 0 else "assistant", f"message {i} " * 4)
+            if i % 7 in (2, 3):  # runs of 1 to 5 messages, some with two lines between
+                w.update_metadata({"n": i})
+    store.write_snapshot(KEY)
+    state = store.load(KEY).state
+    assert state.messages.source is not None
+    plain = store.load(KEY, snapshot=False).state
+    assert state.messages[37:291] == plain.messages[37:291]
+    assert projections.history(state, max_messages=250) == projections.history(
+        plain, max_messages=250
+    )
+
+
+def test_a_run_that_disagrees_with_its_records_is_left_to_the_line_by_line_check() -> None:
+    """``_decode_runs`` returns None (the caller then names the line) when the lines do not
+    say what the records say: another seq or tokens, or no final newline."""
+    from sessionledger.eventlog import _msgindex
+    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
+    from sessionledger.eventlog._events import MessageAppended
+
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    lines = [
+        encode_line(
+            MessageAppended.of(seq=s, ts=ts, id=f"m{s}", message={"role": "user"}, tokens=t),
+            ZERO_HASH,
+        )[0]
+        for s, t in ((1, 5), (2, 6), (3, 7))
+    ]
+    data = b"".join(lines)
+    offsets = [0, len(lines[0]), len(lines[0]) + len(lines[1])]
+
+    def runs(said: list[tuple[int, int]], buffer: bytes = data) -> list[MessageAppended] | None:
+        records = [
+            (s, o, len(line), t, 1, 0, b"", b"")
+            for (s, t), o, line in zip(said, offsets, lines, strict=True)
+        ]
+        return _msgindex._decode_runs(records, buffer, memoryview(buffer), 0)
+
+    good = runs([(1, 5), (2, 6), (3, 7)])
+    assert good is not None and [(e.seq, e.tokens) for e in good] == [(1, 5), (2, 6), (3, 7)]
+    assert runs([(1, 5), (2, 9), (3, 7)]) is None
+    assert runs([(1, 5), (4, 6), (3, 7)]) is None
+    assert runs([(1, 5), (2, 6), (3, 7)], data[:-1] + b" ") is None
