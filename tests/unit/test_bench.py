@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from sessionledger.tools.bench._core import Row
@@ -46,3 +48,34 @@ def test_tables_render_missing_nanobot() -> None:
     assert "| open | 12.5 ms | nanobot: not installed | - | <= 60.0 ms | yes | load |" in markdown(
         rows, nanobot_missing="not installed"
     )
+
+
+def test_a_child_benchmark_hands_its_rows_back_and_a_failure_hands_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sessionledger.tools.bench import _child
+    from sessionledger.tools.bench._core import REGISTRY, Context, Entry
+
+    rows = [Row("g", "open", "ms", 1.5, 2.0, target=3.0, nanobot_what="x", note="n", rival="r")]
+    assert _child.decode_rows("noise\n" + _child.encode_rows(rows) + "\n") == rows
+    assert _child.decode_rows("no rows here\n") is None
+
+    def fine(ctx: Context) -> list[Row]:
+        print("a line of its own")
+        return rows
+
+    def broken(ctx: Context) -> list[Row]:
+        raise RuntimeError("boom")
+
+    REGISTRY["test-fine"] = Entry("test-fine", 0, "t", fine)
+    REGISTRY["test-broken"] = Entry("test-broken", 0, "t", broken)
+    try:
+        args = ["--root", str(tmp_path), "--runs", "1", "--no-nanobot"]
+        assert _child.main(["test-fine", *args]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("a line of its own\n") and _child.decode_rows(out) == rows
+        assert _child.main(["test-broken", *args]) == 1
+        captured = capsys.readouterr()
+        assert _child.decode_rows(captured.out) is None and "boom" in captured.err
+    finally:
+        del REGISTRY["test-fine"], REGISTRY["test-broken"]

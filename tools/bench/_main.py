@@ -2,7 +2,9 @@
 
 Invariants: every benchmark runs in one scratch directory removed at the end (kept with
 ``--keep``); ``HOME`` points into it while nanobot runs, so nanobot's legacy-directory lookups
-never touch the real home; a benchmark that raises is reported and the others still run.
+never touch the real home; a benchmark that raises is reported and the others still run; each
+benchmark runs in a fresh child process unless ``--same-process`` (see ``_child``: a figure
+must not depend on which benchmarks ran before it).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import argparse
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -59,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
         "--update-docs", action="store_true", help=f"write the result table into {DOCS.name}"
     )
     p.add_argument("--no-nanobot", action="store_true", help="skip nanobot even if installed")
+    p.add_argument(
+        "--same-process",
+        action="store_true",
+        help="run every benchmark in this process (default: each in a fresh child process)",
+    )
     return p
 
 
@@ -78,8 +87,11 @@ def run(
     keep: bool = False,
     use_nanobot: bool = True,
     console: Console | None = None,
+    same_process: bool = False,
 ) -> list[Row]:
-    """Run the named benchmarks (all when empty), print their tables, return every row."""
+    """Run the named benchmarks (all when empty), print their tables, return every row.
+
+    Each runs in a fresh child process (see ``_child``) unless ``same_process``."""
     console = console or Console()
     unknown = [n for n in names if n not in REGISTRY]
     if unknown:
@@ -105,12 +117,19 @@ def run(
         for name in names or list(REGISTRY):
             entry = REGISTRY[name]
             t0 = time.perf_counter()
-            try:
-                got = entry.run(ctx)
-            except Exception:
-                console.print(f"[red]benchmark {name} failed:[/red]")
-                console.print(traceback.format_exc(), markup=False)
-                continue
+            if same_process:
+                try:
+                    got = entry.run(ctx)
+                except Exception:
+                    console.print(f"[red]benchmark {name} failed:[/red]")
+                    console.print(traceback.format_exc(), markup=False)
+                    continue
+            else:
+                child = _in_child(name, ctx, use_nanobot)
+                if child is None:
+                    console.print(f"[red]benchmark {name} failed (its traceback is above)[/red]")
+                    continue
+                got = child
             rows.extend(got)
             console.print(
                 table(
@@ -130,6 +149,24 @@ def run(
             shutil.rmtree(root, ignore_errors=True)
     if nb is None:
         console.print(f"nanobot: {missing}")
+    return rows
+
+
+def _in_child(name: str, ctx: Context, use_nanobot: bool) -> list[Row] | None:
+    """Run benchmark ``name`` in a fresh Python process; its rows, or None when it failed."""
+    from ._child import decode_rows  # imported here: ``-m ..._child`` must find it unloaded
+
+    root = ctx.root / f"child-{name}"
+    root.mkdir()
+    command = [sys.executable, "-m", f"{__package__}._child", name, "--root", str(root)]
+    command += ["--runs", str(ctx.runs)]
+    command += ["--quick"] if ctx.quick else []
+    command += [] if use_nanobot else ["--no-nanobot"]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    rows = decode_rows(done.stdout) if done.returncode == 0 else None
+    for line in done.stdout.splitlines():  # what the benchmark printed itself
+        if not line.startswith("ROWS "):
+            print(line)
     return rows
 
 
@@ -172,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep=args.keep,
         use_nanobot=not args.no_nanobot,
         console=console,
+        same_process=args.same_process,
     )
     if args.update_docs:
         update_docs(rows, quick=args.quick)
