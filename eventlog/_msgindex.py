@@ -705,9 +705,13 @@ def _decode_runs(
 ) -> list[MessageAppended] | None:
     """The message events of records ``wanted`` (their lines in ``data``, the log from byte
     ``start``), decoded with one call per run of adjacent lines (lines between messages are
-    not decoded); None when anything disagrees with the records (a run's bytes do not decode
-    as that many message lines ending in a newline, or a line's seq or tokens differ), which
-    the caller then finds line by line."""
+    not decoded); None when anything disagrees with the records (a record does not start
+    with ``{`` and end in a newline, a run's bytes do not decode as that many messages, or a
+    line's seq or tokens differ), which the caller then finds line by line. Over lines of
+    one JSON value each (what the chain vouches for) this accepts exactly what the line by
+    line check does; ``decode_lines`` takes whitespace-separated values, so bytes that are
+    not (two values on a line, one over two lines) could pass here and not there, but the
+    block's span digest keeps such bytes out unless written with the store's key."""
     out: list[MessageAppended] = []
     count = len(wanted)
     i = 0
@@ -715,15 +719,21 @@ def _decode_runs(
         rec = wanted[i]
         a = rec[1] - start
         end = a + rec[2]
+        if data[a] != 123 or data[end - 1] != 10:
+            return None
         j = i + 1
         while j < count:
             rec = wanted[j]
             if rec[1] - start != end:
                 break
+            if data[end] != 123:
+                return None
             end += rec[2]
+            if data[end - 1] != 10:
+                return None
             j += 1
-        if data[end - 1] != 10:
-            return None
+        # Each record starts a value and ends a line (``decode_lines`` alone would also take
+        # records cut anywhere between two lines, or a blank line as a record).
         try:
             events = _decode_message_lines(view[a:end])
         except msgspec.DecodeError:

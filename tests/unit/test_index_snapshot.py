@@ -850,3 +850,41 @@ def test_a_run_that_disagrees_with_its_records_is_left_to_the_line_by_line_check
     assert runs([(1, 5), (2, 9), (3, 7)]) is None
     assert runs([(1, 5), (4, 6), (3, 7)]) is None
     assert runs([(1, 5), (2, 6), (3, 7)], data[:-1] + b" ") is None
+
+
+def test_a_run_is_accepted_only_when_each_record_is_exactly_one_line() -> None:
+    """The fast path accepts no more than the line-by-line check: records whose bytes make
+    the same run but are not one message line each (a line cut before its newline, two lines
+    in one record and a blank line in the next, two values on one line) are left to the
+    line-by-line check, which refuses them."""
+    from sessionledger.eventlog import _msgindex
+    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
+    from sessionledger.eventlog._events import MessageAppended
+
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    one, two = (
+        encode_line(
+            MessageAppended.of(seq=s, ts=ts, id=f"m{s}", message={"role": "user"}, tokens=s),
+            ZERO_HASH,
+        )[0]
+        for s in (1, 2)
+    )
+
+    def runs(buffer: bytes, lengths: list[int]) -> list[MessageAppended] | None:
+        records, offset = [], 0
+        for seq, length in enumerate(lengths, 1):
+            records.append((seq, offset, length, seq, 1, 0, b"", b""))
+            offset += length
+        assert offset == len(buffer)
+        return _msgindex._decode_runs(records, buffer, memoryview(buffer), 0)
+
+    assert runs(one + two, [len(one), len(two)]) is not None
+    # The first record stops before its newline, the second starts with it.
+    assert runs(one + two, [len(one) - 1, len(two) + 1]) is None
+    # Two lines in the first record, a blank line as the second.
+    assert runs(one + two + b"\n", [len(one) + len(two), 1]) is None
+    # Two values on one line, cut between them.
+    glued = one[:-1] + two
+    assert runs(glued, [len(one) - 1, len(two)]) is None
+    # Two values on one line and a blank line, each record ending in a newline.
+    assert runs(glued + b"\n", [len(glued), 1]) is None
