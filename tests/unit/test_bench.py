@@ -79,3 +79,41 @@ def test_a_child_benchmark_hands_its_rows_back_and_a_failure_hands_none(
         assert _child.decode_rows(captured.out) is None and "boom" in captured.err
     finally:
         del REGISTRY["test-fine"], REGISTRY["test-broken"]
+
+
+def test_a_benchmark_named_twice_runs_twice_and_output_without_a_newline_keeps_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--only x,x`` runs x twice (each child gets a directory of its own), and a benchmark
+    whose own output does not end in a newline still hands its rows back, its output shown."""
+    import subprocess
+
+    from sessionledger.tools.bench import _child, _main
+    from sessionledger.tools.bench._core import REGISTRY, Context, Entry
+
+    rows = [Row("g", "open", "ms", 1.5)]
+    roots: list[str] = []
+
+    def fake_run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        roots.append(command[command.index("--root") + 1])
+        assert _child.main(command[command.index("-m") + 2 :]) == 0
+        return subprocess.CompletedProcess(command, 0, capsys.readouterr().out, None)
+
+    def partial(ctx: Context) -> list[Row]:
+        print("no newline after this", end="")
+        return rows
+
+    REGISTRY["test-partial"] = Entry("test-partial", 0, "t", partial)
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    try:
+        out = _main.run(
+            ["test-partial", "test-partial"],
+            parent=tmp_path,
+            use_nanobot=False,
+            console=Console(file=io.StringIO()),
+        )
+    finally:
+        del REGISTRY["test-partial"]
+    assert out == rows + rows
+    assert len(set(roots)) == 2
+    assert capsys.readouterr().out == "no newline after this\n" * 2

@@ -10,7 +10,8 @@ default: a figure no longer depends on which benchmarks ran before it (``--same-
 keeps the old way).
 
 Invariants: the child prints one line to stdout, ``ROWS <json>`` (the rows it measured),
-after everything else it printed there; its progress goes to stderr. A benchmark that raises
+after everything else it printed there and a newline (what it printed before need not end in
+one); its progress goes to stderr. A benchmark that raises
 exits 1 with the traceback on stderr and no ``ROWS`` line.
 """
 
@@ -35,13 +36,25 @@ def encode_rows(rows: Sequence[Row]) -> str:
     return MARK + json.dumps([dataclasses.asdict(r) for r in rows])
 
 
+def split_output(stdout: str) -> tuple[str, list[Row] | None]:
+    """What a child's benchmark printed itself (ending in a newline unless empty), and the
+    rows of its last ``ROWS`` line (None when it has none). The child writes a newline before
+    that line, so it starts a line even after output that did not end in one."""
+    head, mark, tail = ("\n" + stdout).rpartition("\n" + MARK)
+    if not mark:
+        head, rows = "\n" + stdout, None
+    else:
+        items: list[dict[str, Any]] = json.loads(tail.partition("\n")[0])
+        rows = [Row(**item) for item in items]
+    head = head[1:]
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return head, rows
+
+
 def decode_rows(stdout: str) -> list[Row] | None:
     """The rows of a child's stdout (its last ``ROWS`` line), or None when it has none."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(MARK):
-            items: list[dict[str, Any]] = json.loads(line[len(MARK) :])
-            return [Row(**item) for item in items]
-    return None
+    return split_output(stdout)[1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,8 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         traceback.print_exc()
         return 1
-    sys.stdout.flush()
-    print(encode_rows(rows), flush=True)
+    print("\n" + encode_rows(rows), flush=True)
     return 0
 
 

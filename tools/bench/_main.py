@@ -154,20 +154,18 @@ def run(
 
 def _in_child(name: str, ctx: Context, use_nanobot: bool) -> list[Row] | None:
     """Run benchmark ``name`` in a fresh Python process; its rows, or None when it failed."""
-    from ._child import decode_rows  # imported here: ``-m ..._child`` must find it unloaded
+    from ._child import split_output  # imported here: ``-m ..._child`` must find it unloaded
 
-    root = ctx.root / f"child-{name}"
-    root.mkdir()
+    # A directory of its own each time (``--only x,x`` runs x twice).
+    root = Path(tempfile.mkdtemp(prefix=f"child-{name}-", dir=ctx.root))
     command = [sys.executable, "-m", f"{__package__}._child", name, "--root", str(root)]
     command += ["--runs", str(ctx.runs)]
     command += ["--quick"] if ctx.quick else []
     command += [] if use_nanobot else ["--no-nanobot"]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-    rows = decode_rows(done.stdout) if done.returncode == 0 else None
-    for line in done.stdout.splitlines():  # what the benchmark printed itself
-        if not line.startswith("ROWS "):
-            print(line)
-    return rows
+    printed, rows = split_output(done.stdout)
+    print(printed, end="")  # what the benchmark printed itself
+    return rows if done.returncode == 0 else None
 
 
 def update_docs(rows: Sequence[Row], *, quick: bool, path: Path = DOCS) -> None:
