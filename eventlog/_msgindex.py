@@ -686,6 +686,8 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
     for seq, offset, length, tokens, _role, _flags, _h, _span in wanted:
         a = offset - start
         b = a + length
+        if not 0 <= a < b <= size:
+            raise _bad(source, seq, offset, "is outside the bytes its block's records span")
         if data[b - 1] != 10:
             raise _bad(source, seq, offset, "does not end in a newline")
         try:
@@ -719,19 +721,22 @@ def _decode_runs(
         rec = wanted[i]
         a = rec[1] - start
         end = a + rec[2]
-        if data[a] != 123 or data[end - 1] != 10:
-            return None
         j = i + 1
-        while j < count:
-            rec = wanted[j]
-            if rec[1] - start != end:
-                break
-            if data[end] != 123:
+        try:
+            if data[a] != 123 or data[end - 1] != 10:
                 return None
-            end += rec[2]
-            if data[end - 1] != 10:
-                return None
-            j += 1
+            while j < count:
+                rec = wanted[j]
+                if rec[1] - start != end:
+                    break
+                if data[end] != 123:
+                    return None
+                end += rec[2]
+                if data[end - 1] != 10:
+                    return None
+                j += 1
+        except IndexError:  # a record past the read (an empty one at its end)
+            return None
         # Each record starts a value and ends a line (``decode_lines`` alone would also take
         # records cut anywhere between two lines, or a blank line as a record).
         try:

@@ -888,3 +888,69 @@ def test_a_run_is_accepted_only_when_each_record_is_exactly_one_line() -> None:
     assert runs(glued, [len(one) - 1, len(two)]) is None
     # Two values on one line and a blank line, each record ending in a newline.
     assert runs(glued + b"\n", [len(glued), 1]) is None
+
+
+def test_an_empty_record_where_the_read_ends_leaves_the_run_to_the_line_check() -> None:
+    """A record of no bytes where the read ends (a damaged record file) leaves the run to the
+    line-by-line check, which names it; it never raises IndexError."""
+    from sessionledger.eventlog import _msgindex
+    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
+    from sessionledger.eventlog._events import MessageAppended
+
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    one = encode_line(
+        MessageAppended.of(seq=1, ts=ts, id="m1", message={"role": "user"}, tokens=1), ZERO_HASH
+    )[0]
+    view = memoryview(one)
+    for records in (
+        [(1, 0, len(one), 1, 1, 0, b"", b""), (2, len(one), 0, 2, 1, 0, b"", b"")],
+        [(2, len(one), 0, 2, 1, 0, b"", b"")],
+    ):
+        assert _msgindex._decode_runs(records, one, view, 0) is None
+
+
+def test_a_record_past_its_blocks_bytes_is_named_not_an_index_error() -> None:
+    """A record inside a block that points past the bytes the block's records span (a record
+    file written with the key but wrong) is named as a CorruptLogError, on the fast path and
+    the line-by-line one alike; no IndexError leaves the library."""
+    from collections.abc import Callable
+    from typing import Any
+
+    from sessionledger.eventlog import _msgindex
+    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
+    from sessionledger.eventlog._events import MessageAppended
+
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    one, two = (
+        encode_line(
+            MessageAppended.of(seq=s, ts=ts, id=f"m{s}", message={"role": "user"}, tokens=s),
+            ZERO_HASH,
+        )[0]
+        for s in (1, 2)
+    )
+    log = one + two
+    hasher = _msgindex.span_hasher(b"").copy()
+    hasher.update(log)
+
+    class Source:
+        where = "planted"
+        hash_key = b""
+        count = 2
+        last_span = hasher.digest()[:16]
+        opener: Callable[[MessageAppended], dict[str, Any]] | None = None
+
+        def records(self, start: int, count: int) -> bytes:
+            packed = [
+                _msgindex.RECORD.pack(1, 0, 10_000, 1, 1, 0, bytes(16), bytes(16)),
+                _msgindex.RECORD.pack(2, len(one), len(two), 2, 1, 0, bytes(16), bytes(16)),
+            ]
+            return b"".join(packed[start : start + count])
+
+        def read(self, offset: int, length: int) -> bytes:
+            return log[offset : offset + length]
+
+        def all_messages(self) -> list[MessageAppended]:
+            raise AssertionError("not used")
+
+    with pytest.raises(CorruptLogError, match="message 1 at byte 0"):
+        _msgindex._read_lines(Source(), 0, 2)
