@@ -206,38 +206,24 @@ class MessageAppended(_Base, tag="message", kw_only=True, frozen=True, dict=True
         return msgspec.structs.replace(self, body=msgspec.Raw(body))
 
 
-#: One message per line, each in an array of one (see :func:`decode_messages`).
-_decode_message_lines = msgspec.json.Decoder(tuple[dict[str, Any]]).decode_lines
-
-
 def decode_messages(events: Sequence[MessageAppended]) -> None:
-    """Decode the message dicts of ``events`` not decoded yet in one call: what reading each
-    event's :attr:`~MessageAppended.message` would do, at the cost of one decode (a history
-    reads hundreds at once). The bodies are decoded as JSON lines, each in an array of its own
-    (``[body]``, joined with newlines), which copies them once. A sealed event (one with an
-    opener) is left to its first use, and so is every event of a batch that does not decode as
-    it would alone (a body that is not one JSON object): reading such a message raises as
-    before, and no event is ever given another's message.
-
-    Why a body cannot take another's place: a joint ``]\n[`` only decodes between two
-    top-level values (in a string the raw newline is refused; in an array or object, a value
-    closed by ``]`` must be followed by a comma or a closer, not ``[``). So each ``[body]``
-    holds one top-level value or more, and as many values as bodies means one each: the
-    array opened before a body is closed after it, and holds exactly one object.
+    """Decode the message dicts of ``events`` not decoded yet: what reading each event's
+    :attr:`~MessageAppended.message` would do, in one loop (a history reads hundreds at
+    once). Each body is decoded on its own, from the bytes it already is (joining them for
+    one decode copied every body into a buffer as large as the window, whose fresh pages
+    cost more than the calls it saved). A sealed event (one with an opener) is left to its
+    first use, and so is a body that does not decode (not one JSON object): reading that
+    message raises as before; the others are decoded all the same.
     """
-    todo = [e for e in events if "message" not in e.__dict__ and "_open" not in e.__dict__]
-    if len(todo) < 2:
-        return
-    # "]\n[" before the first body and after the last, sliced off: "[b1]\n[b2]...[bn]".
-    framed = b"]\n[".join([b"", *[e.body for e in todo], b""])
-    try:
-        decoded = _decode_message_lines(memoryview(framed)[2:-2])
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return
-    if len(decoded) != len(todo):  # a hand-built body with no value, or more than one
-        return
-    for event, (message,) in zip(todo, decoded, strict=True):
-        event.__dict__.setdefault("message", message)
+    for event in events:
+        cached = event.__dict__
+        if "message" in cached or "_open" in cached:
+            continue
+        try:
+            message = _decode_message(event.body)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            continue  # left to its first use, which raises
+        cached.setdefault("message", message)
 
 
 class MetadataChanged(_Base, tag="metadata", kw_only=True, frozen=True):
