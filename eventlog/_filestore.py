@@ -9,6 +9,7 @@ processes. Everything else is the shared store (:class:`BaseStore`).
 from __future__ import annotations
 
 import os
+import stat
 import weakref
 from pathlib import Path
 from typing import TypedDict
@@ -36,6 +37,7 @@ from ._writer import Durability, check_durability
 KEYS_DIR = ".keys"
 #: Descriptors a store keeps open for its writers by default (least recently used out).
 DEFAULT_MAX_OPEN_FILES = 128
+_PATH = type(Path())
 
 
 class FileStoreArgs(TypedDict, total=False):
@@ -98,7 +100,8 @@ class FileStore(BaseStore):
         if max_open_files < 1:
             raise InvalidEventError(f"max_open_files must be at least 1, not {max_open_files}")
         durable = check_durability(durability) != "none"
-        self.root = Path(root).expanduser()
+        # A Path is taken as it is (building one again parses it again; it is immutable).
+        self.root = (root if type(root) is _PATH else Path(root)).expanduser()
         self.lock_timeout = lock_timeout
         _ensure_root(self.root, durable)
         self._files = FileBackend(
@@ -199,8 +202,16 @@ class FileStore(BaseStore):
 
 
 def _ensure_root(root: Path, durable: bool) -> None:
-    """Create the store directory 0700 (refusing a symlink or a file in its place)."""
+    """Create the store directory 0700 (refusing a symlink or a file in its place).
+
+    A directory already there (every open but the first) costs one ``lstat``; anything else
+    (missing, a symlink, a file, a path that cannot be looked at) takes the full checks."""
     path = str(root)
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return
+    except OSError:
+        pass
     if os.path.islink(path):
         raise UnsafePathError(path, "the store directory is a symlink")
     if os.path.exists(path) and not os.path.isdir(path):

@@ -27,6 +27,7 @@ from sessionledger.eventlog import (
     MessageAppended,
     NotALogError,
     SessionNotFoundError,
+    StorageError,
     UnknownEvent,
     UnsafePathError,
     decode_log,
@@ -115,6 +116,74 @@ def test_store_directory_symlink_is_refused(tmp_path: Path) -> None:
     link.symlink_to(real)
     with pytest.raises(UnsafePathError):
         FileStore(link)
+
+
+@pytest.mark.parametrize("target", ["dir", "file", "missing"])
+def test_store_directory_symlink_is_refused_whatever_it_points_at(
+    tmp_path: Path, target: str
+) -> None:
+    real = tmp_path / "real"
+    if target == "dir":
+        real.mkdir()
+    elif target == "file":
+        real.write_bytes(b"x")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    for given in (link, str(link)):
+        with pytest.raises(UnsafePathError, match="the store directory is a symlink"):
+            FileStore(given)
+    assert link.is_symlink()
+    assert target != "missing" or not real.exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo"])
+def test_store_directory_that_is_not_a_directory_is_refused(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "sessions"
+    if kind == "file":
+        root.write_bytes(b"x")
+    else:
+        os.mkfifo(root)
+    with pytest.raises(NotALogError, match="it is a file, not a store directory") as info:
+        FileStore(root)
+    assert info.value.path == str(root)
+    assert not root.is_dir()
+
+
+def test_store_directory_already_there_is_used_as_it_is(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    root.mkdir()
+    os.chmod(root, 0o750)
+    store = FileStore(root)
+    assert store.root == root
+    assert stat.S_IMODE(root.stat().st_mode) == 0o750  # only a directory it creates is 0700
+    store.close()
+
+
+def test_store_directory_is_created_0700_from_a_path_or_a_str(tmp_path: Path) -> None:
+    for given in (tmp_path / "a" / "b", str(tmp_path / "c" / "d")):
+        store = FileStore(given)
+        assert store.root == Path(given)
+        assert type(store.root) is type(Path())
+        assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
+        store.close()
+
+
+def test_store_directory_in_home_is_expanded_from_a_path_or_a_str(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for given in (Path("~/s1"), "~/s2"):
+        store = FileStore(given)
+        assert store.root == tmp_path / str(given)[2:]
+        assert store.root.is_dir()
+        assert store.path_for("k").parent == store.root
+        store.close()
+
+
+def test_store_directory_under_a_file_is_a_storage_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(StorageError, match="create the store directory"):
+        FileStore(tmp_path / "file" / "sessions")
 
 
 # -- permissions ------------------------------------------------------------------------------
