@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import struct
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Protocol, overload
 
@@ -45,6 +46,10 @@ RECORD: Final = struct.Struct("<qqIiBB2x16s16s4x")
 #: Where a record keeps its span digest.
 _SPAN_AT: Final = 44
 _SPAN_END: Final = 60
+#: The fields a read takes from a record (seq, offset, length, tokens), the rest skipped
+#: (see :func:`_columns`).
+_READ_FIELDS: Final = struct.Struct("<qqIi40x")
+_NATIVE_LE: Final = sys.byteorder == "little" and struct.calcsize("q") == 8
 _NO_SPAN: Final = bytes(16)
 BLOCK: Final = 64
 CACHE_BLOCKS: Final = 32
@@ -645,6 +650,37 @@ class MessageList(Sequence[MessageAppended]):
             ordinal = upto
 
 
+def _columns(records: bytes) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The seqs, log offsets, line lengths and tokens of packed ``records`` (the only fields
+    a read needs), as four lists: no tuple per record, nor objects for the fields it skips
+    (on a little-endian machine, strided views of the records themselves).
+
+    Raises:
+        struct.error: ``records`` is not whole records.
+    """
+    if len(records) % RECORD.size:
+        raise struct.error(f"{len(records)} bytes are not whole {RECORD.size}-byte records")
+    if _NATIVE_LE:
+        view = memoryview(records)
+        words = view.cast("q")  # 8 per record: seq, offset, then length and tokens
+        halves = view.cast("I")  # 16 per record: length is the 5th
+        signed = view.cast("i")  # tokens the 6th
+        per = RECORD.size
+        return (
+            words[0 :: per // 8].tolist(),
+            words[1 :: per // 8].tolist(),
+            halves[4 :: per // 4].tolist(),
+            signed[5 :: per // 4].tolist(),
+        )
+    fields = list(_READ_FIELDS.iter_unpack(records))
+    return (
+        [f[0] for f in fields],
+        [f[1] for f in fields],
+        [f[2] for f in fields],
+        [f[3] for f in fields],
+    )
+
+
 def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppended]:
     """The message events of records ``first`` to ``stop``, their lines read from the log with
     one read of the whole blocks they touch, each block checked with its span digest (see the
@@ -652,29 +688,33 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
     base = first - first % BLOCK
     count = source.count
     upto = min(stop - (stop - 1) % BLOCK - 1 + BLOCK, count)
-    recs = list(RECORD.iter_unpack(source.records(base, upto - base)))
-    start = recs[0][1]
-    last = recs[-1]
-    end = last[1] + last[2]
+    records = source.records(base, upto - base)
+    seqs, offsets, lengths, tokens = _columns(records)
+    n = len(offsets)
+    start = offsets[0]
+    end = offsets[-1] + lengths[-1]
     data = source.read(start, end - start)
     view = memoryview(data)
     size = len(data)
     fresh = span_hasher(source.hash_key)
-    for j in range(0, len(recs), BLOCK):
-        a = recs[j][1] - start
-        if j + BLOCK <= len(recs):
-            block_end = recs[j + BLOCK - 1]
-            b = block_end[1] + block_end[2] - start
-            want = block_end[7]
+    for j in range(0, n, BLOCK):
+        a = offsets[j] - start
+        if j + BLOCK <= n:
+            k = j + BLOCK - 1
+            b = offsets[k] + lengths[k] - start
+            at = k * RECORD.size + _SPAN_AT
+            want = records[at : at + _SPAN_END - _SPAN_AT]
         else:
             b, want = end - start, source.last_span
         hasher = fresh.copy()
         hasher.update(view[a:b])
         if b > size or hasher.digest()[:16] != want:
-            raise _diagnose(source, recs[j : j + BLOCK], data, start)
+            block = records[j * RECORD.size : (j + BLOCK) * RECORD.size]
+            raise _diagnose(source, list(RECORD.iter_unpack(block)), data, start)
     opener = source.opener
-    wanted = recs[first - base : stop - base]
-    out = _decode_runs(wanted, data, view, start)
+    lo, hi = first - base, stop - base
+    seqs, offsets, lengths, tokens = seqs[lo:hi], offsets[lo:hi], lengths[lo:hi], tokens[lo:hi]
+    out = _decode_runs(seqs, offsets, lengths, tokens, data, start)
     if out is not None:
         if opener is not None:
             for event in out:
@@ -683,7 +723,7 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
     # Something does not match: line by line, to name the first message that does not.
     out = []
     append = out.append
-    for seq, offset, length, tokens, _role, _flags, _h, _span in wanted:
+    for seq, offset, length, said in zip(seqs, offsets, lengths, tokens, strict=True):
         a = offset - start
         b = a + length
         if not 0 <= a < b <= size:
@@ -694,7 +734,7 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
             event = _decode_message_line(view[a:b])
         except msgspec.DecodeError as exc:
             raise _bad(source, seq, offset, f"is not a message event ({exc})") from exc
-        if event.seq != seq or event.tokens != tokens:
+        if event.seq != seq or event.tokens != said:
             raise _bad(source, seq, offset, "disagrees with the index on its seq or tokens")
         if opener is not None:
             event.__dict__["_open"] = opener
@@ -703,35 +743,40 @@ def _read_lines(source: IndexSource, first: int, stop: int) -> list[MessageAppen
 
 
 def _decode_runs(
-    wanted: list[tuple[Any, ...]], data: bytes, view: memoryview, start: int
+    seqs: list[int],
+    offsets: list[int],
+    lengths: list[int],
+    tokens: list[int],
+    data: bytes,
+    start: int,
 ) -> list[MessageAppended] | None:
-    """The message events of records ``wanted`` (their lines in ``data``, the log from byte
-    ``start``), decoded with one call per run of adjacent lines (lines between messages are
-    not decoded); None when anything disagrees with the records (a record does not start
-    with ``{`` and end in a newline, a run's bytes do not decode as that many messages, or a
-    line's seq or tokens differ), which the caller then finds line by line. Over lines of
-    one JSON value each (what the chain vouches for) this accepts exactly what the line by
-    line check does; ``decode_lines`` takes whitespace-separated values, so bytes that are
-    not (two values on a line, one over two lines) could pass here and not there, but the
-    block's span digest keeps such bytes out unless written with the store's key."""
+    """The message events of the records whose seqs, log offsets, line lengths and tokens
+    are given (their lines in ``data``, the log from byte ``start``), decoded with one call
+    per run of adjacent lines (lines between messages are not decoded); None when anything
+    disagrees with the records (a record does not start with ``{`` and end in a newline, a
+    run's bytes do not decode as that many messages, or a line's seq or tokens differ),
+    which the caller then finds line by line. Over lines of one JSON value each (what the
+    chain vouches for) this accepts exactly what the line by line check does;
+    ``decode_lines`` takes whitespace-separated values, so bytes that are not (two values
+    on a line, one over two lines) could pass here and not there, but the block's span
+    digest keeps such bytes out unless written with the store's key."""
+    view = memoryview(data)
     out: list[MessageAppended] = []
-    count = len(wanted)
+    count = len(offsets)
     i = 0
     while i < count:
-        rec = wanted[i]
-        a = rec[1] - start
-        end = a + rec[2]
+        a = offsets[i] - start
+        end = a + lengths[i]
         j = i + 1
         try:
             if data[a] != 123 or data[end - 1] != 10:
                 return None
             while j < count:
-                rec = wanted[j]
-                if rec[1] - start != end:
+                if offsets[j] - start != end:
                     break
                 if data[end] != 123:
                     return None
-                end += rec[2]
+                end += lengths[j]
                 if data[end - 1] != 10:
                     return None
                 j += 1
@@ -747,8 +792,8 @@ def _decode_runs(
             return None
         out += events
         i = j
-    for event, rec in zip(out, wanted, strict=True):
-        if event.seq != rec[0] or event.tokens != rec[3]:
+    for event, seq, said in zip(out, seqs, tokens, strict=True):
+        if event.seq != seq or event.tokens != said:
             return None
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -839,11 +840,10 @@ def test_a_run_that_disagrees_with_its_records_is_left_to_the_line_by_line_check
     offsets = [0, len(lines[0]), len(lines[0]) + len(lines[1])]
 
     def runs(said: list[tuple[int, int]], buffer: bytes = data) -> list[MessageAppended] | None:
-        records = [
-            (s, o, len(line), t, 1, 0, b"", b"")
-            for (s, t), o, line in zip(said, offsets, lines, strict=True)
-        ]
-        return _msgindex._decode_runs(records, buffer, memoryview(buffer), 0)
+        seqs = [s for s, _ in said]
+        tokens = [t for _, t in said]
+        lengths = [len(line) for line in lines]
+        return _msgindex._decode_runs(seqs, offsets, lengths, tokens, buffer, 0)
 
     good = runs([(1, 5), (2, 6), (3, 7)])
     assert good is not None and [(e.seq, e.tokens) for e in good] == [(1, 5), (2, 6), (3, 7)]
@@ -871,12 +871,13 @@ def test_a_run_is_accepted_only_when_each_record_is_exactly_one_line() -> None:
     )
 
     def runs(buffer: bytes, lengths: list[int]) -> list[MessageAppended] | None:
-        records, offset = [], 0
-        for seq, length in enumerate(lengths, 1):
-            records.append((seq, offset, length, seq, 1, 0, b"", b""))
+        offsets, offset = [], 0
+        for length in lengths:
+            offsets.append(offset)
             offset += length
         assert offset == len(buffer)
-        return _msgindex._decode_runs(records, buffer, memoryview(buffer), 0)
+        seqs = list(range(1, len(lengths) + 1))
+        return _msgindex._decode_runs(seqs, offsets, lengths, seqs, buffer, 0)
 
     assert runs(one + two, [len(one), len(two)]) is not None
     # The first record stops before its newline, the second starts with it.
@@ -901,12 +902,11 @@ def test_an_empty_record_where_the_read_ends_leaves_the_run_to_the_line_check() 
     one = encode_line(
         MessageAppended.of(seq=1, ts=ts, id="m1", message={"role": "user"}, tokens=1), ZERO_HASH
     )[0]
-    view = memoryview(one)
-    for records in (
-        [(1, 0, len(one), 1, 1, 0, b"", b""), (2, len(one), 0, 2, 1, 0, b"", b"")],
-        [(2, len(one), 0, 2, 1, 0, b"", b"")],
+    for seqs, offsets, lengths in (
+        ([1, 2], [0, len(one)], [len(one), 0]),
+        ([2], [len(one)], [0]),
     ):
-        assert _msgindex._decode_runs(records, one, view, 0) is None
+        assert _msgindex._decode_runs(seqs, offsets, lengths, seqs, one, 0) is None
 
 
 def test_a_record_past_its_blocks_bytes_is_named_not_an_index_error() -> None:
@@ -954,3 +954,30 @@ def test_a_record_past_its_blocks_bytes_is_named_not_an_index_error() -> None:
 
     with pytest.raises(CorruptLogError, match="message 1 at byte 0"):
         _msgindex._read_lines(Source(), 0, 2)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_reads_columns_are_the_records_fields(
+    monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    """The seqs, offsets, lengths and tokens a read takes from packed records (strided views
+    on a little-endian machine, a narrower struct elsewhere) are the records' own fields,
+    at the edges of their types too."""
+    from sessionledger.eventlog import _msgindex
+
+    if native and not _msgindex._NATIVE_LE:
+        pytest.skip("not a little-endian machine")
+    monkeypatch.setattr(_msgindex, "_NATIVE_LE", native)
+    rng = random.Random(7)
+    fields = [(2**63 - 1, 2**62 + 5, 2**32 - 1, 2**31 - 1), (1, 0, 1, -(2**31)), (7, 9, 0, 0)]
+    fields += [
+        (rng.randrange(2**40), rng.randrange(2**40), rng.randrange(2**32), rng.randrange(2**31))
+        for _ in range(200)
+    ]
+    packed = b"".join(
+        _msgindex.RECORD.pack(s, o, n, t, 3, 9, rng.randbytes(16), rng.randbytes(16))
+        for s, o, n, t in fields
+    )
+    assert _msgindex._columns(packed) == tuple(list(column) for column in zip(*fields, strict=True))
+    with pytest.raises(struct.error):
+        _msgindex._columns(packed[:-8])
