@@ -31,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -492,7 +493,7 @@ class _NewRecords:
                 ordinal_of[event.seq] = records + len(msg_out)
                 try:
                     msg_out.append(pack_record(event, offset, length, h, sealed=sealed))
-                except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
+                except (struct.error, OverflowError) as exc:  # a token count outside 32 bits
                     raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
             id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
 
@@ -535,7 +536,7 @@ class _NewRecords:
                     h,
                     _NO_SPAN,
                 )
-            except (ValueError, OverflowError) as exc:  # struct.error is a ValueError
+            except (struct.error, OverflowError) as exc:  # a token count outside 32 bits
                 raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
             ordinal_of[event.seq] = base + len(msg_out)
             msg_out.append(record)

@@ -59,6 +59,11 @@ _COUNTED_KEYS: Final = frozenset(
 )
 
 
+#: The largest token count a message may carry: an index record (and PostgreSQL's column) holds
+#: it in 32 signed bits. A token counter returning more, or less than 0, has its append refused.
+MAX_TOKENS: Final = 2**31 - 1
+
+
 def estimate_tokens(message: Mapping[str, Any]) -> int:
     """Estimate a message's tokens from its UTF-8 length (about 4 bytes a token), at least 4."""
     content = message.get("content")

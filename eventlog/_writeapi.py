@@ -48,7 +48,7 @@ from ._events import (
 )
 from ._fold import SessionState
 from ._portable import portable
-from ._tokens import TokenCounter
+from ._tokens import MAX_TOKENS, TokenCounter
 from ._values import encode_checked
 
 _encode = msgspec.json.Encoder().encode
@@ -313,6 +313,11 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
             tokens = int(self._count_tokens(msg))
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             raise InvalidEventError(f"message cannot be counted: {_unserialisable(msg)}") from exc
+        if not 0 <= tokens <= MAX_TOKENS:
+            raise InvalidEventError(
+                f"token_counter returned {tokens} for a {role!r} message; a count must be "
+                f"from 0 to {MAX_TOKENS}"
+            )
 
         fast = self._append_message
         if fast is not None and expected_seq is None and id is None:

@@ -981,3 +981,44 @@ def test_a_reads_columns_are_the_records_fields(
     assert _msgindex._columns(packed) == tuple(list(column) for column in zip(*fields, strict=True))
     with pytest.raises(struct.error):
         _msgindex._columns(packed[:-8])
+
+
+@pytest.mark.parametrize("count", [2**31, -(2**31) - 1, 2**70, -1])
+def test_a_token_count_the_index_cannot_hold_is_refused_at_append(
+    tmp_path: Path, count: int
+) -> None:
+    """A token counter's result must fit the index record (0 to 2**31 - 1): outside it the
+    append is refused with the library's error and writes nothing (it was a bare struct.error
+    from close() once the line was in the log)."""
+    from sessionledger.eventlog import InvalidEventError
+
+    store = FileStore(tmp_path / "s", durability="none", token_counter=lambda m: count)
+    with store.session(KEY) as w:
+        with pytest.raises(InvalidEventError, match="token_counter returned"):
+            w.append_message("user", "hello")
+        assert w.state.seq == 0
+    assert store.load(KEY).state.seq == 0
+
+
+def test_a_planted_line_with_a_token_count_past_32_bits_gets_no_index(tmp_path: Path) -> None:
+    """A log line (written by hand, or by another tool) whose tokens do not fit a record:
+    the snapshot is not written (SnapshotError inside, never a bare struct.error), and the
+    session still opens from the log."""
+    from sessionledger.eventlog._codec import encode_line
+
+    store = store_with(tmp_path, 3)
+    path = store.path_for(KEY)
+    last = store.load(KEY, snapshot=False).state
+    event = _indexsnap.MessageAppended.of(
+        seq=last.seq + 1,
+        ts=datetime.now(UTC),
+        id="planted",
+        message={"role": "user", "content": "big"},
+        tokens=2**40,
+    )
+    line, _ = encode_line(event, last.head, b"")
+    with open(path, "ab") as f:
+        f.write(line)
+    assert not store.write_snapshot(KEY).written
+    state = store.load(KEY).state
+    assert state.seq == 4 and state.messages[-1].tokens == 2**40
