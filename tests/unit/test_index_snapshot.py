@@ -1005,11 +1005,12 @@ def test_a_planted_line_with_a_token_count_past_32_bits_gets_no_index(tmp_path: 
     the snapshot is not written (SnapshotError inside, never a bare struct.error), and the
     session still opens from the log."""
     from sessionledger.eventlog._codec import encode_line
+    from sessionledger.eventlog._events import MessageAppended
 
     store = store_with(tmp_path, 3)
     path = store.path_for(KEY)
     last = store.load(KEY, snapshot=False).state
-    event = _indexsnap.MessageAppended.of(
+    event = MessageAppended.of(
         seq=last.seq + 1,
         ts=datetime.now(UTC),
         id="planted",
