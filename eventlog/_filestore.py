@@ -212,6 +212,10 @@ def _ensure_root(root: Path, durable: bool) -> None:
             return
     except OSError:
         pass
+    except ValueError as exc:  # a NUL byte, a lone surrogate: no file has such a name
+        raise InvalidEventError(
+            f"the store directory {path!r} is not a usable path: {exc}"
+        ) from None
     if os.path.islink(path):
         raise UnsafePathError(path, "the store directory is a symlink")
     if os.path.exists(path) and not os.path.isdir(path):

@@ -23,6 +23,7 @@ from threaded import run_threads
 from sessionledger.eventlog import (
     CorruptLogError,
     FileStore,
+    InvalidEventError,
     LockedError,
     MessageAppended,
     NotALogError,
@@ -184,6 +185,19 @@ def test_store_directory_under_a_file_is_a_storage_error(tmp_path: Path) -> None
     (tmp_path / "file").write_bytes(b"x")
     with pytest.raises(StorageError, match="create the store directory"):
         FileStore(tmp_path / "file" / "sessions")
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "a\ud800b"])
+def test_store_directory_no_file_can_be_named_is_the_librarys_error(
+    tmp_path: Path, name: str
+) -> None:
+    """A root with a NUL byte or a lone surrogate is refused with the library's error (a
+    ValueError still) naming it, not the ValueError ``os`` raises."""
+    for given in (tmp_path / name, str(tmp_path / name)):
+        with pytest.raises(InvalidEventError, match="is not a usable path") as info:
+            FileStore(given)
+        assert repr(str(tmp_path / name)) in str(info.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- permissions ------------------------------------------------------------------------------
