@@ -493,7 +493,9 @@ class _NewRecords:
                 ordinal_of[event.seq] = records + len(msg_out)
                 try:
                     msg_out.append(pack_record(event, offset, length, h, sealed=sealed))
-                except (struct.error, OverflowError) as exc:  # a token count outside 32 bits
+                # A token count outside 32 bits (struct.error, not a ValueError), a message
+                # that is not a JSON object (InvalidEventError, a ValueError: its role is read).
+                except (struct.error, OverflowError, ValueError) as exc:
                     raise SnapshotError(f"message {event.seq} cannot be indexed: {exc}") from exc
             id_out.append(id_digest(event_id, key) + offset.to_bytes(8, "little"))
 

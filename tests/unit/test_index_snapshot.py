@@ -1023,3 +1023,33 @@ def test_a_planted_line_with_a_token_count_past_32_bits_gets_no_index(tmp_path: 
     assert not store.write_snapshot(KEY).written
     state = store.load(KEY).state
     assert state.seq == 4 and state.messages[-1].tokens == 2**40
+
+
+@pytest.mark.parametrize("body", [b"[1]", b'"text"', b"null"])
+def test_a_planted_line_whose_message_is_not_an_object_gets_no_index(
+    tmp_path: Path, body: bytes
+) -> None:
+    """A chained log line whose ``message`` is JSON but not an object (written by hand, or by
+    another tool): the snapshot is not written (SnapshotError inside, as before the token
+    check narrowed that except to struct.error; never the InvalidEventError its decode
+    raises), and the session still opens from the log, and closes."""
+    import msgspec
+
+    from sessionledger.eventlog._codec import encode_line
+    from sessionledger.eventlog._events import MessageAppended
+
+    store = store_with(tmp_path, 3)
+    path = store.path_for(KEY)
+    last = store.load(KEY, snapshot=False).state
+    event = MessageAppended(
+        seq=last.seq + 1, ts=datetime.now(UTC), id="planted", body=msgspec.Raw(body), tokens=1
+    )
+    line, _ = encode_line(event, last.head, b"")
+    with open(path, "ab") as f:
+        f.write(line)
+    assert not store.write_snapshot(KEY).written
+    state = store.load(KEY).state
+    assert state.seq == 4 and len(state.messages) == 4
+    with store.session(KEY) as w:
+        w.append_message("user", "after")
+    assert store.load(KEY).state.seq == 5
