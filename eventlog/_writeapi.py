@@ -310,12 +310,16 @@ class WriteAPI(abc.ABC, Generic[_R, _RC]):
         # Encoded once, here, outside the writer lock; refused unless it reads back as given.
         body = msgspec.Raw(encode_checked(msg, "message"))
         try:
-            tokens = int(self._count_tokens(msg))
+            counted = self._count_tokens(msg)
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             raise InvalidEventError(f"message cannot be counted: {_unserialisable(msg)}") from exc
+        try:
+            tokens = int(counted)
+        except (TypeError, ValueError, OverflowError):  # None, nan, inf, "many"
+            tokens = -1
         if not 0 <= tokens <= MAX_TOKENS:
             raise InvalidEventError(
-                f"token_counter returned {tokens} for a {role!r} message; a count must be "
+                f"token_counter returned {counted!r} for a {role!r} message; a count must be "
                 f"from 0 to {MAX_TOKENS}"
             )
 

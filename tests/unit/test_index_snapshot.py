@@ -1053,3 +1053,23 @@ def test_a_planted_line_whose_message_is_not_an_object_gets_no_index(
     with store.session(KEY) as w:
         w.append_message("user", "after")
     assert store.load(KEY).state.seq == 5
+
+
+@pytest.mark.parametrize("count", [float("inf"), float("-inf"), float("nan"), None, "many"])
+def test_a_token_count_that_is_no_number_is_refused_naming_it(
+    tmp_path: Path, count: object
+) -> None:
+    """A token counter returning what is no count (infinity was a bare OverflowError; nan and
+    None were blamed on the message, "a value is not JSON-serialisable") is refused with the
+    library's error naming what it returned; nothing is written."""
+    from sessionledger.eventlog import InvalidEventError
+
+    def counter(message: object) -> int:
+        return count  # type: ignore[return-value]  # what a counter should never return
+
+    store = FileStore(tmp_path / "s", durability="none", token_counter=counter)
+    with store.session(KEY) as w:
+        with pytest.raises(InvalidEventError, match=f"token_counter returned {count!r} for a"):
+            w.append_message("user", "hello")
+        assert w.state.seq == 0
+    assert store.load(KEY).state.seq == 0
