@@ -108,16 +108,35 @@ class FileBackend(Backend):
         segment_bytes: int,
     ) -> None:
         self.root = root
+        #: The root as a string, and as the prefix of its files' paths ("" for "."): a hot
+        #: path builds a file's path (``str(root / name)``) with one concatenation.
+        self.root_text = str(root)
+        self._prefix = "" if self.root_text == "." else os.path.join(self.root_text, "")
+        #: The last key whose stem was asked for, and its stem (a load asks several times).
+        self._last_stem: tuple[str | None, str] = (None, "")
         self.hash_key = hash_key
         self.segment_bytes = segment_bytes
         self.durable = durable
         self.lock_timeout = lock_timeout
-        self.changes = ChangeTable(str(root))
+        self.changes = ChangeTable(self.root_text)
         self.pool = FdPool(max_open_files)
         self._trash: FileTrash | None = None
         self._catalog = FileCatalog(self, hash_key)
 
     # -- paths -------------------------------------------------------------------------------
+
+    def _stem(self, key: str) -> str:
+        """:func:`key_to_stem` of ``key`` (the same key object as last time: its stem kept)."""
+        last = self._last_stem
+        if last[0] is key:
+            return last[1]
+        stem = key_to_stem(key)
+        self._last_stem = (key, stem)
+        return stem
+
+    def _file(self, key: str, suffix: str) -> str:
+        """``str(self.root / (stem + suffix))`` of ``key``'s stem, built as a string."""
+        return self._prefix + self._stem(key) + suffix
 
     def path_for(self, key: str) -> Path:
         """The log file of ``key`` (it may not exist yet)."""
@@ -138,7 +157,7 @@ class FileBackend(Backend):
 
     def index_paths(self, key: str) -> FileIndexFiles:
         """Where ``key``'s index records would be."""
-        stem = str(self.root / key_to_stem(key))
+        stem = self._file(key, "")
         return FileIndexFiles(stem + LOG_SUFFIX, stem, stem + LOG_SUFFIX)
 
     def segment_paths(self, key: str) -> list[Path]:
@@ -148,7 +167,7 @@ class FileBackend(Backend):
 
     def describe(self, key: str) -> str:
         """The log's path."""
-        return str(self.path_for(key))
+        return self._file(key, LOG_SUFFIX)
 
     def bump(self, key: str, *, membership: bool) -> None:
         """Announce a change of ``key``'s log in the change table."""
@@ -161,7 +180,7 @@ class FileBackend(Backend):
     ) -> _Raw | None:
         """Open and lock ``key``'s log; read it from ``snap``'s line when it is that long."""
         start = snap.line_start if snap is not None else 0
-        path = str(self.path_for(key))
+        path = self._file(key, LOG_SUFFIX)
         deadline = time.monotonic() + self.lock_timeout
         pool = self.pool
         while True:
@@ -250,22 +269,24 @@ class FileBackend(Backend):
     def read(self, key: str) -> bytes | None:
         """The whole log, never through a symlink (None: absent); closed segments (immutable
         once closed) are read after the live one."""
-        root, stem = str(self.root), key_to_stem(key)
-        got = read_log_file(str(self.path_for(key)), lambda fd: read_whole(root, stem, fd))
+        root, stem = self.root_text, self._stem(key)
+        got = read_log_file(self._file(key, LOG_SUFFIX), lambda fd: read_whole(root, stem, fd))
         return None if got is None else got[1]
 
     def read_tail(self, key: str, offset: int) -> tuple[int, bytes]:
         """The whole log's length and its bytes from ``offset`` on (through its closed segments
         when it has some)."""
-        root, stem = str(self.root), key_to_stem(key)
-        got = read_log_file(str(self.path_for(key)), lambda fd: read_whole(root, stem, fd, offset))
+        root, stem = self.root_text, self._stem(key)
+        got = read_log_file(
+            self._file(key, LOG_SUFFIX), lambda fd: read_whole(root, stem, fd, offset)
+        )
         if got is None:
             raise SessionNotFoundError(key)
         return got
 
     def exists(self, key: str) -> bool:
         """One ``stat`` of the log, nothing read."""
-        path = str(self.path_for(key))
+        path = self._file(key, LOG_SUFFIX)
         try:
             st = os.stat(path, follow_symlinks=False)
         except FileNotFoundError:
@@ -432,7 +453,7 @@ class FileBackend(Backend):
 
     def snapshot_bytes(self, key: str) -> bytes | None:
         """The snapshot file's bytes (None when there is none)."""
-        return read_view(str(self.snapshot_path(key)))
+        return read_view(self._file(key, SNAPSHOT_SUFFIX))
 
     def put_snapshot(self, key: str, data: bytes | None) -> None:
         """Replace (or with None, remove) the snapshot file atomically."""

@@ -34,6 +34,7 @@ from sessionledger.eventlog import (
     decode_log,
     verify_chain,
 )
+from sessionledger.eventlog._filebackend import FileBackend
 from sessionledger.eventlog.codec import chain_hash
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
@@ -198,6 +199,51 @@ def test_store_directory_no_file_can_be_named_is_the_librarys_error(
             FileStore(given)
         assert repr(str(tmp_path / name)) in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", [".", "sub", "sub/deeper", "absolute"])
+def test_file_paths_are_those_of_the_root_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    given = str(tmp_path / "abs") if where == "absolute" else where
+    store = FileStore(given)
+    files = store._files
+    for key in ("a:b", "x" * 300, "\u6771\u4eac", "a:b", "other"):
+        log = store.path_for(key)
+        assert log.parent == store.root
+        assert files.describe(key) == str(log)
+        assert files.index_paths(key).log == str(log)
+        assert files.index_paths(key).stem == str(store.root / log.name[: -len(".jsonl")])
+    with store.session("k") as w:
+        w.append_message("user", "x")
+    store.write_snapshot("k")
+    assert files.snapshot_bytes("k") == store.snapshot_path("k").read_bytes()
+    assert store.load("k").path == str(store.path_for("k")) == files.describe("k")
+    assert store.exists("k") and not store.exists("k2")
+    store.close()
+
+
+def test_the_root_directory_prefixes_its_file_paths_once() -> None:
+    # The backend of a store at "/" (built alone: nothing is read or written there).
+    backend = FileBackend(
+        Path("/"), durable=False, lock_timeout=1, max_open_files=4, hash_key=b"", segment_bytes=0
+    )
+    assert backend.describe("k") == str(Path("/") / "k.jsonl") == "/k.jsonl"
+    assert backend.index_paths("k").stem == "/k"
+    backend.close()
+
+
+def test_a_bad_key_is_refused_by_every_path_after_a_good_one(store: FileStore) -> None:
+    files = store._files
+    for good in ("", "a"):
+        if good:
+            assert files.describe(good).endswith("a.jsonl")
+        for bad in ("", 3, "\ud800"):
+            with pytest.raises(InvalidEventError):
+                files.describe(bad)  # type: ignore[arg-type]
+            with pytest.raises(InvalidEventError):
+                store.load(bad)  # type: ignore[arg-type]
 
 
 # -- permissions ------------------------------------------------------------------------------
