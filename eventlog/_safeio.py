@@ -82,6 +82,14 @@ def open_regular(
         UnsafePathError: a symlink, or not a regular file.
         StorageError: any other failure.
     """
+    return open_regular_stat(path, flags, action=action, mode=mode, dir_fd=dir_fd)[0]
+
+
+def open_regular_stat(
+    path: str, flags: int, *, action: str, mode: int = 0o600, dir_fd: int | None = None
+) -> tuple[int, os.stat_result]:
+    """:func:`open_regular`, and the ``fstat`` of the file it opened (its size as opened:
+    no second ``fstat`` for it)."""
     try:
         fd = os.open(path, flags | _BASE, mode, dir_fd=dir_fd)
     except (FileNotFoundError, FileExistsError):
@@ -104,12 +112,14 @@ def open_regular(
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
-def read_fd(fd: int, offset: int = 0) -> bytes:
-    """Every byte of an open regular file from ``offset`` on (it may grow while read)."""
-    size = os.fstat(fd).st_size
+def read_fd(fd: int, offset: int = 0, size: int | None = None) -> bytes:
+    """Every byte of an open regular file from ``offset`` on (it may grow while read);
+    ``size``: its size, when the caller has just had it from ``fstat`` (else one is made)."""
+    if size is None:
+        size = os.fstat(fd).st_size
     chunks: list[bytes] = []
     while True:
         chunk = os.pread(fd, max(size - offset, 1 << 16), offset)
@@ -136,12 +146,12 @@ def read_range(fd: int, offset: int, length: int) -> bytes:
 def read_regular(path: str, *, offset: int = 0, action: str = "read") -> tuple[int, bytes] | None:
     """A regular file's length and its bytes from ``offset`` on; None if it does not exist."""
     try:
-        fd = open_regular(path, READ, action=action)
+        fd, st = open_regular_stat(path, READ, action=action)
     except FileNotFoundError:
         return None
     try:
-        size = os.fstat(fd).st_size
-        data = read_fd(fd, offset) if size > offset else b""
+        size = st.st_size
+        data = read_fd(fd, offset, size) if size > offset else b""
         return max(size, offset + len(data)), data
     except OSError as exc:
         raise storage_error(path, action, exc) from exc

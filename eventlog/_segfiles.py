@@ -164,10 +164,11 @@ def closed_parts(root: str, stem: str, live: LiveStart, offset: int = 0) -> list
 def read_whole(root: str, stem: str, fd: int, offset: int = 0) -> tuple[int, bytes]:
     """The whole log's length and bytes from ``offset`` on, the live file open as ``fd``."""
     live = read_live_start(fd)
-    size = live.base + os.fstat(fd).st_size
+    length = os.fstat(fd).st_size
+    size = live.base + length
     if offset >= size:
         return size, b""
-    tail = read_fd(fd, max(0, offset - live.base))
+    tail = read_fd(fd, max(0, offset - live.base), length)
     if offset >= live.base:
         return offset + len(tail), tail
     parts = closed_parts(root, stem, live, offset)
