@@ -103,6 +103,8 @@ def _dec_hook(kind: type, obj: object) -> object:
     if kind is MessageList:
         return MessageList()
     if kind is IdIndex:
+        if type(obj) is dict and not obj:  # an index snapshot's (its ids are in the id file)
+            return IdIndex({})
         return IdIndex(msgspec.convert(obj, dict[str, int]))
     raise NotImplementedError(f"cannot decode {kind.__name__}")
 

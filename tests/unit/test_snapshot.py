@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from sessionledger.eventlog import BaseStore, FileStore, MemoryStore, SessionWriter
+from sessionledger.eventlog import BaseStore, FileStore, IdIndex, MemoryStore, SessionWriter
+from sessionledger.eventlog._snapshot import _dec_hook
 from sessionledger.eventlog.backend import peek_snapshot
 from sessionledger.projections import rebuild_snapshot, snapshot_status, write_snapshot
 
@@ -273,3 +275,14 @@ def test_a_sealed_snapshot_that_does_not_decode_is_refused_not_raised() -> None:
         with pytest.raises(SnapshotError, match="undecodable"):
             decode_snapshot(damaged + digest(damaged, b""), "bad:1")
     assert store.load("bad:1").state.seq == 1  # the store itself still opens from the log
+
+
+def test_stored_ids_decode_to_an_index_empty_or_not() -> None:
+    empty = _dec_hook(IdIndex, {})
+    assert isinstance(empty, IdIndex) and dict(empty.items()) == {}
+    full = _dec_hook(IdIndex, {"a": 1, "b": 2})
+    assert isinstance(full, IdIndex) and dict(full.items()) == {"a": 1, "b": 2}
+    with pytest.raises(msgspec.ValidationError):
+        _dec_hook(IdIndex, {"a": "x"})
+    with pytest.raises(msgspec.ValidationError):
+        _dec_hook(IdIndex, [])
