@@ -40,7 +40,7 @@ and decrypts only what the result needs, plus a few before it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from sessionledger.eventlog import (
     AGENTS_ITEM_KEY,
@@ -201,14 +201,18 @@ def _entries(
             position += 1
             if role == "tool":
                 call_id = message.get("tool_call_id")
-                if call_id and str(call_id) not in declared:
+                # str() of a str is itself: only other values are converted.
+                if call_id and (call_id if type(call_id) is str else str(call_id)) not in declared:
                     front.start = position
                     declared.clear()
-            elif role == "assistant" and flags & _CALLS and message["tool_calls"]:
-                calls = message["tool_calls"]
+            elif role == "assistant" and flags & _CALLS and (calls := message["tool_calls"]):
                 if isinstance(calls, list):
                     for call in calls:
-                        if (type(call) is dict or isinstance(call, Mapping)) and call.get("id"):
+                        if type(call) is dict:
+                            ident = call.get("id")
+                            if ident:
+                                declared.add(ident if type(ident) is str else str(ident))
+                        elif isinstance(call, Mapping) and call.get("id"):
                             declared.add(str(call["id"]))
             elif flags & _ITEM and role != "user":
                 pair = item_call(message)
@@ -389,7 +393,13 @@ def history_with_tokens(
         # Rules 3 and 4 in one pass (the messages before the cut are built too, then dropped).
         front = _Front()
         built = list(_entries(window, include_timestamps, front))
-        out = [b for b in (built[front.start :] if front.start else built) if b is not None]
+        if front.start:
+            built = built[front.start :]
+        # An entry is None only where front.again was set (a message skipped or left empty).
+        if front.again:
+            out = [b for b in built if b is not None]
+        else:
+            out = cast("list[tuple[Entry, int]]", built)
         # Rule 6 again only when an entry may differ from its message where orphans are
         # decided: a message skipped, or an Agents SDK item (its entry is the item). Otherwise
         # the entries pair exactly as the messages do, which start at their legal start.

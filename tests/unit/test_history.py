@@ -502,3 +502,26 @@ def test_wrong_arguments_get_the_librarys_error_naming_them() -> None:
     with pytest.raises(InvalidEventError, match="max_tokens"):
         projections.history_with_tokens(state, max_tokens=cast(Any, 2.5))
     assert len(projections.history(state, max_messages=-3)) == 2  # <= 0: the default window
+
+
+@pytest.mark.parametrize("max_tokens", [0, 8_000])
+def test_call_ids_that_are_not_strings_pair_by_their_text(max_tokens: int) -> None:
+    store = MemoryStore()
+    with store.session("k") as s:
+        s.append_message("user", "go")
+        s.append_message("assistant", None, tool_calls=[{"id": 7}, {"id": "8"}, {"type": "x"}])
+        s.append_message("tool", "a", tool_call_id="7")
+        s.append_message("tool", "b", tool_call_id=8)
+        s.append_message("user", "again")
+        s.append_message("tool", "orphan", tool_call_id=9)
+        s.append_message("assistant", "done")
+        out = projections.history(s.state, max_tokens=max_tokens)
+    # Rule 6: the orphan (no call 9 declared) cuts: the history starts after it.
+    assert [m.get("content") for m in out] == ["done"]
+    with store.session("k2") as s:
+        s.append_message("user", "go")
+        s.append_message("assistant", None, tool_calls=[{"id": 7}, {"id": "8"}, {"type": "x"}])
+        s.append_message("tool", "a", tool_call_id="7")
+        s.append_message("tool", "b", tool_call_id=8)
+        out = projections.history(s.state, max_tokens=max_tokens)
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool"]
