@@ -41,6 +41,21 @@ def store_with(tmp_path: Path, n: int, *, snapshot: bool = True) -> FileStore:
     return store
 
 
+def message_line(seq: int, tokens: int) -> bytes:
+    """A message event's line, chained from the zero hash (a record test's log bytes)."""
+    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
+    from sessionledger.eventlog._events import MessageAppended
+
+    event = MessageAppended.of(
+        seq=seq,
+        ts=datetime(2026, 1, 1, tzinfo=UTC),
+        id=f"m{seq}",
+        message={"role": "user"},
+        tokens=tokens,
+    )
+    return encode_line(event, ZERO_HASH)[0]
+
+
 def test_open_reads_the_index_not_the_messages(tmp_path: Path) -> None:
     store = store_with(tmp_path, 3_000)
     loaded = store.load(KEY)
@@ -825,17 +840,9 @@ def test_a_run_that_disagrees_with_its_records_is_left_to_the_line_by_line_check
     """``_decode_runs`` returns None (the caller then names the line) when the lines do not
     say what the records say: another seq or tokens, or no final newline."""
     from sessionledger.eventlog import _msgindex
-    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
     from sessionledger.eventlog._events import MessageAppended
 
-    ts = datetime(2026, 1, 1, tzinfo=UTC)
-    lines = [
-        encode_line(
-            MessageAppended.of(seq=s, ts=ts, id=f"m{s}", message={"role": "user"}, tokens=t),
-            ZERO_HASH,
-        )[0]
-        for s, t in ((1, 5), (2, 6), (3, 7))
-    ]
+    lines = [message_line(s, t) for s, t in ((1, 5), (2, 6), (3, 7))]
     data = b"".join(lines)
     offsets = [0, len(lines[0]), len(lines[0]) + len(lines[1])]
 
@@ -858,17 +865,9 @@ def test_a_run_is_accepted_only_when_each_record_is_exactly_one_line() -> None:
     in one record and a blank line in the next, two values on one line) are left to the
     line-by-line check, which refuses them."""
     from sessionledger.eventlog import _msgindex
-    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
     from sessionledger.eventlog._events import MessageAppended
 
-    ts = datetime(2026, 1, 1, tzinfo=UTC)
-    one, two = (
-        encode_line(
-            MessageAppended.of(seq=s, ts=ts, id=f"m{s}", message={"role": "user"}, tokens=s),
-            ZERO_HASH,
-        )[0]
-        for s in (1, 2)
-    )
+    one, two = message_line(1, 1), message_line(2, 2)
 
     def runs(buffer: bytes, lengths: list[int]) -> list[MessageAppended] | None:
         offsets, offset = [], 0
@@ -895,13 +894,8 @@ def test_an_empty_record_where_the_read_ends_leaves_the_run_to_the_line_check() 
     """A record of no bytes where the read ends (a damaged record file) leaves the run to the
     line-by-line check, which names it; it never raises IndexError."""
     from sessionledger.eventlog import _msgindex
-    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
-    from sessionledger.eventlog._events import MessageAppended
 
-    ts = datetime(2026, 1, 1, tzinfo=UTC)
-    one = encode_line(
-        MessageAppended.of(seq=1, ts=ts, id="m1", message={"role": "user"}, tokens=1), ZERO_HASH
-    )[0]
+    one = message_line(1, 1)
     for seqs, offsets, lengths in (
         ([1, 2], [0, len(one)], [len(one), 0]),
         ([2], [len(one)], [0]),
@@ -917,17 +911,9 @@ def test_a_record_past_its_blocks_bytes_is_named_not_an_index_error() -> None:
     from typing import Any
 
     from sessionledger.eventlog import _msgindex
-    from sessionledger.eventlog._codec import ZERO_HASH, encode_line
     from sessionledger.eventlog._events import MessageAppended
 
-    ts = datetime(2026, 1, 1, tzinfo=UTC)
-    one, two = (
-        encode_line(
-            MessageAppended.of(seq=s, ts=ts, id=f"m{s}", message={"role": "user"}, tokens=s),
-            ZERO_HASH,
-        )[0]
-        for s in (1, 2)
-    )
+    one, two = message_line(1, 1), message_line(2, 2)
     log = one + two
     hasher = _msgindex.span_hasher(b"").copy()
     hasher.update(log)
